@@ -1,0 +1,125 @@
+"""The converter contract: one class per edge of the conversion graph.
+
+A converter declares ``source`` and ``target`` keys, the modules it
+``requires`` (checked with find_spec, never imported), the ``devices`` it
+runs on and a frozen ``Params`` dataclass; ``convert(ctx)`` writes
+``ctx.output``. Every converter module also runs as
+``python -m navigator.converters.<edge> --workspace WS --source REL --output REL [--params P.json]``,
+which is what ``formats/<key>/reproduce.sh`` calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from navigator.errors import NavigatorError, UserInputError
+
+
+@dataclass(frozen=True)
+class ConverterParams:
+    """No parameters."""
+
+
+@dataclass
+class ConvertContext:
+    """What a converter gets: absolute paths, params, and the workspace facts."""
+
+    workspace: Path
+    source: Path
+    output: Path
+    params: Any
+    device: str = "cpu"
+    signature: Any = None                 # navigator.types.ModelSignature
+    shape_profiles: list = field(default_factory=list)
+    batch_dim: int | None = None
+    samples_dir: Path | None = None
+    log: logging.Logger = field(default_factory=lambda: logging.getLogger("navigator.convert"))
+
+
+@dataclass
+class ConvertOutcome:
+    """What a converter reports beyond the file: the strategy that worked and
+    the names of the tensors inside the artifact (our name -> theirs)."""
+
+    exporter: str | None = None
+    io_names: dict[str, str] | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+class Converter:
+    """Base class of every edge. Subclasses set the class attributes."""
+
+    name: ClassVar[str] = ""
+    source: ClassVar[str] = ""
+    target: ClassVar[str] = ""
+    requires: ClassVar[tuple[str, ...]] = ()
+    devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
+    Params: ClassVar[type] = ConverterParams
+    # True when the converter may crash the process (TensorRT builds, fp16
+    # sessions): it gets a fresh worker of its own.
+    crash_prone: ClassVar[bool] = False
+
+    def convert(self, ctx: ConvertContext) -> ConvertOutcome | None:
+        raise NotImplementedError
+
+    @classmethod
+    def params_from_dict(cls, data: dict | None):
+        data = dict(data or {})
+        known = {f.name for f in dataclasses.fields(cls.Params)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise UserInputError(f"converter {cls.name}: unknown parameter(s) {', '.join(unknown)}; "
+                                 f"valid: {', '.join(sorted(known)) or 'none'}")
+        return cls.Params(**data)
+
+    @classmethod
+    def import_path(cls) -> str:
+        return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def context_from_workspace(workspace: str | os.PathLike, source: str, output: str, params: Any,
+                           device: str = "cpu") -> ConvertContext:
+    """A context for a converter run from files only (workers and reproduce.sh)."""
+    from navigator.workspace import status as status_mod
+    from navigator.workspace.layout import Workspace
+
+    ws = Workspace(Path(workspace).resolve())
+    st = status_mod.load(ws.status_path)
+    return ConvertContext(workspace=ws.root, source=ws.abs(source), output=ws.abs(output), params=params,
+                          device=device, signature=st.signature, shape_profiles=st.shape_profiles,
+                          batch_dim=st.batch_dim, samples_dir=ws.inputs_dir)
+
+
+def main(converter_cls: type[Converter], argv: list[str] | None = None) -> int:
+    """``python -m navigator.converters.<edge>``: run one edge from files."""
+    parser = argparse.ArgumentParser(prog=f"python -m {converter_cls.__module__}",
+                                     description=f"{converter_cls.source} -> {converter_cls.target}: "
+                                                 f"{(converter_cls.__doc__ or '').strip().splitlines()[0]}")
+    parser.add_argument("--workspace", required=True, help="the .nav.workspace folder")
+    parser.add_argument("--source", required=True, help="source artifact, relative to the workspace")
+    parser.add_argument("--output", required=True, help="output artifact, relative to the workspace")
+    parser.add_argument("--params", help="JSON file with the converter's parameters")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        params = {}
+        if args.params:
+            params = json.loads(Path(args.params).read_text())
+        ctx = context_from_workspace(args.workspace, args.source, args.output,
+                                     converter_cls.params_from_dict(params), args.device)
+        ctx.output.parent.mkdir(parents=True, exist_ok=True)
+        outcome = converter_cls().convert(ctx) or ConvertOutcome()
+        print(json.dumps({"output": str(ctx.output), "exporter": outcome.exporter, "io_names": outcome.io_names}))
+        return 0
+    except NavigatorError as e:
+        print(f"error: {e.one_line()}", file=sys.stderr)
+        return e.exit_code

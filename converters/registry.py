@@ -1,0 +1,113 @@
+"""The converter registry: built-in edges plus plugins from the entry-point
+group ``navigator.converters``, both loaded lazily on first use.
+
+A duplicate name is an error; an unknown name lists the valid ones; a plugin
+that fails to load is listed as unavailable with its reason; a plugin edge
+with the same (source, target) as a built-in one wins.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+
+from navigator.errors import UserInputError
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "navigator.converters"
+# built-in edges, by module name under navigator.converters
+BUILTINS = ("onnx_to_onnx_optimized", "onnx_to_openvino")
+
+
+class DuplicateConverter(ValueError):
+    pass
+
+
+class ConverterRegistry:
+    def __init__(self, builtins: tuple[str, ...] = BUILTINS, entry_point_group: str | None = ENTRY_POINT_GROUP):
+        self._builtins = builtins
+        self._group = entry_point_group
+        self._converters: dict[str, type] = {}
+        self._origin: dict[str, str] = {}  # name -> "builtin" | "plugin" | "user"
+        self.unavailable: dict[str, str] = {}
+        self._loaded = False
+        self._loading = ""
+
+    def register(self, cls=None, *, origin: str | None = None):
+        """Class decorator: ``@registry.register``. Plugins and user code registered
+        after the built-ins win for the same (source, target)."""
+
+        def decorate(c):
+            if not getattr(c, "name", "") or not c.source or not c.target:
+                raise ValueError(f"{c.__qualname__}: a converter needs name, source and target")
+            if c.name in self._converters and self._converters[c.name] is not c:
+                raise DuplicateConverter(f"a converter named {c.name!r} is already registered "
+                                         f"({self._converters[c.name].__module__})")
+            self._converters[c.name] = c
+            self._origin[c.name] = origin or self._loading or "user"
+            return c
+
+        return decorate(cls) if cls is not None else decorate
+
+    def unregister(self, name: str) -> None:
+        self._converters.pop(name, None)
+        self._origin.pop(name, None)
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        for module in self._builtins:
+            self._loading = "builtin"
+            try:
+                importlib.import_module(f"navigator.converters.{module}")
+            finally:
+                self._loading = ""
+        if self._group:
+            self._load_plugins()
+
+    def _load_plugins(self) -> None:
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group=self._group):
+            self._loading = "plugin"
+            try:
+                obj = ep.load()
+                if isinstance(obj, type) and obj.__name__ not in ("",) and getattr(obj, "source", None):
+                    if obj.name not in self._converters:
+                        self.register(obj, origin="plugin")
+            except Exception as e:  # a broken plugin must not break the tool
+                self.unavailable[ep.name] = f"{type(e).__name__}: {e}"
+                log.warning("converter plugin %s is unavailable: %s: %s", ep.name, type(e).__name__, e)
+            finally:
+                self._loading = ""
+
+    def names(self) -> list[str]:
+        self._load()
+        return sorted(self._converters)
+
+    def get(self, name: str):
+        self._load()
+        if name not in self._converters:
+            extra = f"; unavailable plugins: {', '.join(self.unavailable)}" if self.unavailable else ""
+            raise UserInputError(f"unknown converter {name!r}; valid: {', '.join(sorted(self._converters))}{extra}")
+        return self._converters[name]
+
+    def edges(self) -> list[type]:
+        """One converter per (source, target): user and plugin ones win over built-ins."""
+        self._load()
+        rank = {"builtin": 0, "plugin": 1, "user": 2}
+        chosen: dict[tuple[str, str], type] = {}
+        for name, cls in self._converters.items():
+            key = (cls.source, cls.target)
+            if key not in chosen or rank[self._origin[name]] >= rank[self._origin[chosen[key].name]]:
+                chosen[key] = cls
+        return list(chosen.values())
+
+    def targets(self) -> list[str]:
+        return sorted({c.target for c in self.edges()})
+
+
+registry = ConverterRegistry()
+register = registry.register

@@ -1,0 +1,3 @@
+from navigator.cli.main import main
+
+raise SystemExit(main())

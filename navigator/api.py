@@ -1,0 +1,119 @@
+"""The Python API: ``navigator.convert(model, samples, ...)`` at the end of training.
+
+    result = navigator.convert("model.onnx", targets=["onnx", "onnx-optimized"])
+    result.best            # Best(key, runner, batch_size, throughput, basis)
+    with result.runner("onnx-optimized") as run:
+        outputs = run({"ids": ids})
+
+Errors are typed exceptions (``navigator.errors``); a failed target does not
+raise unless ``raise_on_failure=True``: inspect ``result.ok`` / ``result.failures``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from navigator.config import NavigatorConfig, from_mapping
+from navigator.errors import UserInputError, VerificationFailed
+
+
+@dataclass
+class Result:
+    """What a run produced: the parsed status.yaml and where the workspace is."""
+
+    workspace: Path
+    status: Any                              # navigator.workspace.status.Status
+    exit_code: int = 0
+    failures: list[str] = field(default_factory=list)
+    timings: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def best(self):
+        return self.status.best
+
+    @property
+    def formats(self) -> dict:
+        return self.status.formats
+
+    def runner(self, key: str | None = None, runner: str | None = None):
+        """A loaded, active runner for format ``key`` (default: the best one). Use it
+        as a callable on ``{input name: ndarray}``; close it with ``deactivate()``
+        or a ``with`` block."""
+        from navigator import runners
+
+        key = key or (self.best.key if self.best else None)
+        if key is None:
+            raise UserInputError("no format was verified; name one with result.runner(key)")
+        fs = self.status.formats.get(key)
+        if fs is None:
+            raise UserInputError(f"no format {key!r} in this workspace; have: {', '.join(self.status.formats)}")
+        if fs.convert.status != "ok":
+            raise UserInputError(f"format {key!r} was not converted ({fs.convert.reason})")
+        chosen = runner or (self.best.runner if self.best and self.best.key == key else None) or next(
+            (k for k, r in fs.runners.items() if r.verify.status == "ok"), next(iter(fs.runners), None))
+        if chosen not in fs.runners:
+            raise UserInputError(f"format {key!r} has no runner {chosen!r}; have: {', '.join(fs.runners)}")
+        rs = fs.runners[chosen]
+        spec = runners.RunnerSpec(rs.runner, rs.device, rs.provider)
+        return runners.create(spec, self.workspace / fs.path).activate()
+
+
+def run_convert(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_func: Callable | None = None):
+    from navigator import pipeline
+
+    return pipeline.run(model, samples, config, reporter, verify_func=verify_func)
+
+
+def convert(model: Any, samples: Any = None, *, targets=None, workdir: str | os.PathLike | None = None,
+            config: NavigatorConfig | dict | None = None, verify_func: Callable | None = None,
+            raise_on_failure: bool = False, progress: bool | None = None, **options) -> Result:
+    """Convert ``model`` to verified, profiled formats.
+
+    ``model``: a path (an .onnx file). ``samples``: an iterable of batches (dicts,
+    tuples or single arrays; a DataLoader is capped by ``sample_count``) or None
+    to generate them. ``options``: the CLI's options in snake_case
+    (``max_batch_size=32``, ``atol={"logits": 1e-3}``, ``shapes="ids:8x16"``).
+    ``verify_func(reference, output) -> bool`` is called per stored sample on top
+    of the numeric checks."""
+    from navigator.console import Reporter
+
+    if isinstance(config, dict):
+        config = from_mapping(config, source="config")
+    config = config or NavigatorConfig()
+    extra = dict(options)
+    if targets is not None:
+        extra["targets"] = targets
+    if workdir is not None:
+        extra["workdir"] = os.fspath(workdir)
+    config = from_mapping(extra, base=config, source="navigator.convert()")
+    if progress is None:
+        reporter = Reporter("auto")
+        if reporter.mode != "rich":
+            reporter = Reporter("quiet")
+    else:
+        reporter = Reporter("auto" if progress else "quiet")
+    outcome = run_convert(model, samples, config, reporter, verify_func=verify_func)
+    result = Result(workspace=outcome.workspace.root, status=outcome.status, exit_code=outcome.exit_code,
+                    failures=outcome.failures, timings=outcome.timings)
+    if raise_on_failure and outcome.exit_code:
+        raise VerificationFailed("; ".join(outcome.failures))
+    return result
+
+
+def load(workspace: str | os.PathLike) -> Result:
+    """The Result of an earlier run, from its workspace (or a workdir holding one)."""
+    from navigator.pipeline import outcome_code
+    from navigator.workspace import status as status_mod
+    from navigator.workspace.layout import Workspace
+
+    ws = Workspace.find(workspace)
+    st = status_mod.load(ws.status_path)
+    code, failures = outcome_code(st, list(st.formats))
+    return Result(workspace=ws.root, status=st, exit_code=code, failures=failures)

@@ -1,0 +1,1 @@
+"""The ``navigator`` command line: one module per subcommand."""

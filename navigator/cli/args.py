@@ -1,0 +1,87 @@
+"""Argument groups shared between subcommands. Each adds its options to a
+parser and turns the parsed namespace back into config options (snake_case
+keys that :func:`navigator.config.from_mapping` understands)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+class ArgGroup:
+    title = ""
+    dests: tuple[str, ...] = ()
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        raise NotImplementedError
+
+    def options(self, args: argparse.Namespace) -> dict:
+        return {d: getattr(args, d) for d in self.dests if getattr(args, d, None) not in (None, False)}
+
+
+class ModelArgs(ArgGroup):
+    title = "model"
+    dests = ("workdir", "model_name", "model_format", "targets", "target_precisions", "device", "force",
+             "config_path")
+
+    def add_to(self, parser):
+        g = parser.add_argument_group(self.title)
+        g.add_argument("--workdir", help="folder holding <model>.nav.workspace/ (default ./navigator_workdir)")
+        g.add_argument("--model-name", help="name of the workspace and Triton model (default: the file's stem)")
+        g.add_argument("--model-format", help="the source's format when the path does not tell (onnx)")
+        g.add_argument("--targets", "--target-formats", dest="targets", metavar="K,…",
+                       help="format keys to produce, e.g. onnx,onnx-optimized,openvino (default: per source)")
+        g.add_argument("--target-precisions", metavar="P,…", help="fp32 (default), fp16, bf16, int8")
+        g.add_argument("--device", choices=["auto", "cpu", "cuda"], help="where runners run (default auto)")
+        g.add_argument("--force", action="store_true", help="redo every step")
+        g.add_argument("--config-path", metavar="YAML", help="options from a YAML file (CLI flags win)")
+
+
+class ShapeArgs(ArgGroup):
+    title = "inputs and shapes"
+    dests = ("shapes", "min_shapes", "opt_shapes", "max_shapes", "value_ranges", "dtypes", "samples",
+             "sample_count", "batch_dim", "no_batching", "max_batch_size")
+
+    def add_to(self, parser):
+        g = parser.add_argument_group(self.title)
+        for flag, text in (("--shapes", "sample shapes, e.g. ids:8x16,mask:8x16"),
+                           ("--min-shapes", "profile minimum, trtexec syntax"),
+                           ("--opt-shapes", "profile optimum"), ("--max-shapes", "profile maximum")):
+            g.add_argument(flag, action="append", metavar="NAME:DxD,…",
+                           help=text + " (repeat for several profiles)")
+        g.add_argument("--value-ranges", metavar="NAME:LO,HI,…", help="value range of generated inputs")
+        g.add_argument("--dtypes", metavar="NAME:DTYPE,…", help="dtypes of generated inputs")
+        g.add_argument("--samples", metavar="DIR", help="folder of .npz batches (keys = input names)")
+        g.add_argument("--sample-count", type=int, metavar="N", help="batches to take or generate (default 2)")
+        b = g.add_mutually_exclusive_group()
+        b.add_argument("--batch-dim", type=int, metavar="N", help="the batch dim (default: detected)")
+        b.add_argument("--no-batching", action="store_true", help="the model has no batch dim")
+        g.add_argument("--max-batch-size", type=int, metavar="N", help="largest batch profiled (default 64)")
+
+
+class VerifyArgs(ArgGroup):
+    title = "verification"
+    dests = ("atol", "rtol", "compare", "allow_nan", "error_stat", "verify_batch_sizes", "allow_failures")
+
+    def add_to(self, parser):
+        g = parser.add_argument_group(self.title)
+        g.add_argument("--atol", metavar="[NAME:]V,…", help="absolute tolerance, per output or for all")
+        g.add_argument("--rtol", metavar="[NAME:]V,…", help="relative tolerance, per output or for all")
+        g.add_argument("--compare", metavar="NAME:MODE[=V],…",
+                       help="tolerance | exact | mismatch_fraction=P | cosine=X | skip, per output ('*' = all)")
+        g.add_argument("--error-stat", choices=["elemwise", "max", "mean", "median", "quantile"],
+                       help="statistic the tolerance applies to (default elemwise)")
+        g.add_argument("--allow-nan", action="store_true", help="NaN passes where the reference has NaN")
+        g.add_argument("--verify-batch-sizes", metavar="B,…", help="batch sizes to verify at (default 1 and the "
+                                                                   "samples' batch)")
+        g.add_argument("--allow-failures", action="store_true", help="exit 0 even when a target fails")
+
+
+class ProfileArgs(ArgGroup):
+    title = "profiling and limits"
+    dests = ("timeout", "profile_budget_s", "no_profile")
+
+    def add_to(self, parser):
+        g = parser.add_argument_group(self.title)
+        g.add_argument("--timeout", type=float, metavar="S", help="limit per stage and format (default 600 s)")
+        g.add_argument("--profile-budget-s", type=float, metavar="S", help="profiling time per format (default 20)")
+        g.add_argument("--no-profile", action="store_true", help="verify only; best by preference order")

@@ -1,0 +1,107 @@
+"""navigator: convert a trained model to its fastest verified formats.
+
+Exit codes: 0 ok; 1 a requested target failed (or a gate); 2 bad input;
+3 internal error (traceback in navigator.log; --verbose shows it); 130 Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+import tempfile
+import traceback
+
+from navigator._version import __version__
+
+# subcommand -> module under navigator.cli (imported only when chosen)
+SUBCOMMANDS = {
+    "convert": "Convert a model to verified, profiled formats and record them in a workspace.",
+    "status": "Print a workspace's status.yaml as a summary.",
+}
+
+# where an internal error's traceback goes (the running workspace's log when known)
+CRASH_LOG: dict[str, str] = {}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="navigator", description=__doc__.strip().splitlines()[0],
+                                     epilog=" ".join(__doc__.strip().splitlines()[2:]))
+    parser.add_argument("--version", action="version", version=f"navigator {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging and tracebacks")
+    parser.add_argument("-q", "--quiet", action="store_true", help="print only errors and the result line")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, help_text in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        p.set_defaults(_module=name)
+        _add_arguments(name, p)
+    return parser
+
+
+def _add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
+    module = importlib.import_module(f"navigator.cli.{name.replace('-', '_')}")
+    module.add_arguments(parser)
+
+
+def _setup_logging(verbose: bool) -> None:
+    logger = logging.getLogger("navigator")
+    logger.setLevel(logging.DEBUG if verbose else logging.INFO)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.DEBUG if verbose else logging.ERROR)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(handler)
+
+
+def _write_crash_log(text: str) -> str:
+    path = CRASH_LOG.get("path")
+    if path and os.path.isdir(os.path.dirname(path)):
+        try:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(text)
+            return path
+        except OSError:
+            pass
+    fd, path = tempfile.mkstemp(prefix="navigator-crash-", suffix=".log")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    from navigator.errors import NavigatorError
+
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)          # argparse prints usage and exits 2 on bad flags
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    verbose = bool(getattr(args, "verbose", False))
+    _setup_logging(verbose)
+    try:
+        module = importlib.import_module(f"navigator.cli.{args._module.replace('-', '_')}")
+        return int(module.run(args) or 0)
+    except NavigatorError as e:
+        print(f"error: {e.one_line()}", file=sys.stderr)
+        if verbose:
+            traceback.print_exc()
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        text = traceback.format_exc()
+        path = _write_crash_log(f"internal error in navigator {__version__}:\n{text}")
+        print(f"internal error: {type(e).__name__}: {' '.join(str(e).split())[:300]} "
+              f"(traceback in {path}; --verbose shows it)", file=sys.stderr)
+        if verbose:
+            print(text, file=sys.stderr)
+        return 3
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

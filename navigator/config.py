@@ -1,0 +1,310 @@
+"""The effective options of a run, as one frozen dataclass.
+
+``None`` means "the default", resolved once in :meth:`NavigatorConfig.resolved`.
+User spellings (``--shapes ids:8x16`` strings, YAML mappings, API keywords)
+go through :func:`from_mapping`, the one adapter, so the CLI, ``--config-path``
+and ``navigator.convert(**options)`` accept the same keys and values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from navigator import specs
+from navigator.errors import UserInputError
+
+DEVICES = ("auto", "cpu", "cuda")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+ERROR_STATS = ("elemwise", "max", "mean", "median", "quantile")
+
+
+@dataclass(frozen=True)
+class NavigatorConfig:
+    workdir: str | None = None
+    model_name: str | None = None
+    model_format: str | None = None
+    targets: tuple[str, ...] | None = None
+    target_precisions: tuple[str, ...] | None = None
+    device: str | None = None
+    # shape profiles: each a {name: {"min": [...], "opt": [...], "max": [...]}}
+    shape_profiles: tuple[dict, ...] | None = None
+    shapes: tuple[dict, ...] | None = None          # sample shapes for generated samples, one per profile
+    value_ranges: dict | None = None
+    dtypes: dict | None = None
+    samples: str | None = None
+    sample_count: int | None = None
+    batch_dim: int | None = None
+    no_batching: bool = False
+    max_batch_size: int | None = None
+    atol: dict | None = None
+    rtol: dict | None = None
+    compare: dict | None = None
+    error_stat: str | None = None
+    allow_nan: bool = False
+    timeout: float | None = None
+    profile_budget_s: float | None = None
+    no_profile: bool = False
+    allow_failures: bool = False
+    force: bool = False
+    triton_repo: str | None = None
+    reference: str | None = None
+    verify_batch_sizes: tuple[int, ...] | None = None
+    seed: int | None = None
+
+    # Defaults, resolved once.
+    DEFAULTS = {
+        "workdir": "navigator_workdir",
+        "target_precisions": ("fp32",),
+        "device": "auto",
+        "sample_count": 2,
+        "max_batch_size": 64,
+        "error_stat": "elemwise",
+        "timeout": 600.0,
+        "profile_budget_s": 20.0,
+        "seed": 0,
+    }
+
+    def resolved(self) -> "NavigatorConfig":
+        """Every None that has a default replaced by it (``device: auto`` stays
+        ``auto`` until the pipeline decides)."""
+        changes = {k: v for k, v in self.DEFAULTS.items() if getattr(self, k) is None}
+        return dataclasses.replace(self, **changes)
+
+    def with_options(self, **options: Any) -> "NavigatorConfig":
+        """A copy with ``options`` (user spellings) applied on top."""
+        return from_mapping(options, base=self, source="options")
+
+    def to_dict(self) -> dict:
+        """For status.yaml's ``config``: every option, JSON/YAML-safe."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
+        return out
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(NavigatorConfig)}
+# spellings accepted besides the field names
+_ALIASES = {"target_formats": "targets", "config_path": None, "verbose": None, "quiet": None}
+# Keys of the shape family: each a string, a mapping, or a list of those (one per profile)
+_SHAPE_KEYS = ("shapes", "min_shapes", "opt_shapes", "max_shapes")
+
+
+def _as_tuple_of_str(key: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        items = [v.strip() for v in value.split(",") if v.strip()]
+    elif isinstance(value, (list, tuple)):
+        items = [str(v).strip() for v in value]
+    else:
+        raise UserInputError(f"{key}: expected a comma-separated string or a list, got {type(value).__name__}")
+    if not items:
+        raise UserInputError(f"{key}: empty list")
+    return tuple(items)
+
+
+def _shape_dict(key: str, value: Any) -> dict[str, tuple[int, ...]]:
+    if isinstance(value, str):
+        return specs.parse_shapes(value, option=f"--{key.replace('_', '-')}")
+    if isinstance(value, dict):
+        out = {}
+        for name, dims in value.items():
+            if isinstance(dims, str):
+                out.update(specs.parse_shapes(f"{specs.format_name(str(name))}:{dims}", option=key))
+                continue
+            if not isinstance(dims, (list, tuple)) or not all(isinstance(d, int) and not isinstance(d, bool)
+                                                               and d >= 1 for d in dims):
+                raise UserInputError(f"{key}: shape of '{name}' must be a list of positive integers, got {dims!r}")
+            out[str(name)] = tuple(dims)
+        return out
+    raise UserInputError(f"{key}: expected 'name:1x3x224x224' or a mapping, got {type(value).__name__}")
+
+
+def _shape_list(key: str, value: Any) -> list[dict]:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)) and not (value and isinstance(value[0], int)):
+        return [_shape_dict(key, v) for v in value]
+    return [_shape_dict(key, value)]
+
+
+def _profiles(values: dict) -> tuple[tuple[dict, ...] | None, tuple[dict, ...] | None]:
+    """(shape_profiles, shapes) from the four shape keys."""
+    shapes = _shape_list("shapes", values.get("shapes"))
+    mins = _shape_list("min_shapes", values.get("min_shapes"))
+    opts = _shape_list("opt_shapes", values.get("opt_shapes"))
+    maxs = _shape_list("max_shapes", values.get("max_shapes"))
+    if not (mins or opts or maxs):
+        return None, (tuple(shapes) if shapes else None)
+    n = max(len(mins), len(opts), len(maxs))
+    for name, given in (("--min-shapes", mins), ("--opt-shapes", opts), ("--max-shapes", maxs)):
+        if len(given) not in (0, n):
+            raise UserInputError(f"{name} given {len(given)} times but other profile options {n} times; "
+                                 "give each once per profile")
+    profiles = []
+    for i in range(n):
+        lo = mins[i] if mins else None
+        hi = maxs[i] if maxs else None
+        mid = opts[i] if opts else None
+        if mid is None:  # opt defaults to the sample shapes, else max
+            mid = shapes[i] if i < len(shapes) else (hi or lo)
+        lo = lo if lo is not None else mid
+        hi = hi if hi is not None else mid
+        merged = specs.merge_profile(lo, mid, hi)
+        profiles.append({k: {s: list(v) for s, v in d.items()} for k, d in merged.items()})
+    if not shapes:
+        shapes = [{k: tuple(v["opt"]) for k, v in p.items()} for p in profiles]
+    return tuple(profiles), tuple(shapes)
+
+
+def _check_type(key: str, value: Any, kind: type | tuple) -> Any:
+    if isinstance(value, bool) and kind in (int, float, (int, float)):
+        raise UserInputError(f"{key}: expected a number, got a boolean")
+    if not isinstance(value, kind):
+        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise UserInputError(f"{key}: expected {names}, got {type(value).__name__} ({value!r})")
+    return value
+
+
+def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: str = "config") -> NavigatorConfig:
+    """Build a config from user spellings; keys are the CLI options in snake_case."""
+    base = base or NavigatorConfig()
+    values = {k: v for k, v in values.items() if v is not None}
+    changes: dict[str, Any] = {}
+    for key in list(values):
+        if key in _ALIASES:
+            target = _ALIASES[key]
+            value = values.pop(key)
+            if target:
+                values[target] = value
+    unknown = [k for k in values if k not in _FIELDS and k not in _SHAPE_KEYS]
+    if unknown:
+        valid = ", ".join(sorted(set(_FIELDS) | set(_SHAPE_KEYS)))
+        raise UserInputError(f"{source}: unknown option(s) {', '.join(sorted(unknown))}; valid: {valid}")
+
+    if any(k in values for k in _SHAPE_KEYS):
+        profiles, shapes = _profiles(values)
+        changes["shape_profiles"] = profiles
+        changes["shapes"] = shapes
+        for k in _SHAPE_KEYS[1:]:
+            values.pop(k, None)
+        values.pop("shapes", None)
+    for key, value in values.items():
+        if key in ("shape_profiles",):
+            changes[key] = tuple(value)
+        elif key in ("targets", "target_precisions"):
+            items = _as_tuple_of_str(key, value)
+            if key == "target_precisions":
+                bad = [p for p in items if p not in PRECISIONS]
+                if bad:
+                    raise UserInputError(f"target_precisions: unknown precision {bad[0]!r}; valid: {', '.join(PRECISIONS)}")
+            changes[key] = items
+        elif key == "device":
+            if value not in DEVICES:
+                raise UserInputError(f"device: {value!r} is not one of {', '.join(DEVICES)}")
+            changes[key] = value
+        elif key == "error_stat":
+            if value not in ERROR_STATS:
+                raise UserInputError(f"error_stat: {value!r} is not one of {', '.join(ERROR_STATS)}")
+            changes[key] = value
+        elif key == "value_ranges":
+            if isinstance(value, str):
+                value = specs.parse_value_ranges(value)
+            elif isinstance(value, dict):
+                parsed = {}
+                for name, rng in value.items():
+                    if (not isinstance(rng, (list, tuple)) or len(rng) != 2
+                            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in rng)
+                            or not rng[0] < rng[1]):
+                        raise UserInputError(f"value_ranges: '{name}' needs [low, high] with low < high, got {rng!r}")
+                    parsed[str(name)] = (float(rng[0]), float(rng[1]))
+                value = parsed
+            else:
+                raise UserInputError("value_ranges: expected 'name:lo,hi' or a mapping")
+            changes[key] = value
+        elif key == "dtypes":
+            if isinstance(value, str):
+                value = specs.parse_dtypes(value)
+            elif isinstance(value, dict):
+                value = specs.parse_dtypes(",".join(f"{specs.format_name(str(k))}:{v}" for k, v in value.items()))
+            else:
+                raise UserInputError("dtypes: expected 'name:dtype' or a mapping")
+            changes[key] = value
+        elif key in ("atol", "rtol"):
+            if isinstance(value, bool):
+                raise UserInputError(f"{key}: expected a number or 'name:value', got a boolean")
+            if isinstance(value, (int, float)):
+                value = specs.parse_tolerance(repr(float(value)), option=f"--{key}")
+            elif isinstance(value, str):
+                value = specs.parse_tolerance(value, option=f"--{key}")
+            elif isinstance(value, dict):
+                value = specs.parse_tolerance(
+                    ",".join(f"{specs.format_name(str(k))}:{v!r}" if k else repr(v) for k, v in value.items()),
+                    option=f"--{key}")
+            else:
+                raise UserInputError(f"{key}: expected a number, 'name:value' or a mapping")
+            merged = dict(getattr(base, key) or {})
+            merged.update(value)
+            changes[key] = merged
+        elif key == "compare":
+            if isinstance(value, str):
+                value = specs.parse_compare(value)
+            elif isinstance(value, dict):
+                parts = []
+                for name, mode in value.items():
+                    if isinstance(mode, (list, tuple)):  # [mode] or [mode, value]
+                        mode = mode[0] if len(mode) < 2 or mode[1] is None else f"{mode[0]}={mode[1]}"
+                    parts.append(f"{'*' if name == '*' else specs.format_name(str(name))}:{mode}")
+                value = specs.parse_compare(",".join(parts))
+            else:
+                raise UserInputError("compare: expected 'name:mode[=value]' or a mapping")
+            merged = dict(base.compare or {})
+            merged.update(value)
+            changes[key] = merged
+        elif key == "verify_batch_sizes":
+            changes[key] = specs.parse_batch_sizes(value if isinstance(value, str) else ",".join(map(str, value)),
+                                                   option="--verify-batch-sizes")
+        elif key in ("sample_count", "max_batch_size", "batch_dim", "seed"):
+            _check_type(key, value, int)
+            if key != "seed" and value < (0 if key == "batch_dim" else 1):
+                raise UserInputError(f"{key}: must be {'>= 0' if key == 'batch_dim' else '>= 1'}, got {value}")
+            changes[key] = value
+        elif key in ("timeout", "profile_budget_s"):
+            _check_type(key, value, (int, float))
+            if value <= 0:
+                raise UserInputError(f"{key}: must be > 0 seconds, got {value}")
+            changes[key] = float(value)
+        elif key in ("no_batching", "no_profile", "allow_failures", "force", "allow_nan"):
+            changes[key] = bool(_check_type(key, value, bool))
+        elif key in ("workdir", "samples", "triton_repo"):
+            changes[key] = os.fspath(_check_type(key, value, (str, os.PathLike)))
+        else:  # model_name, model_format, reference
+            changes[key] = _check_type(key, value, str)
+    if changes.get("no_batching") and (changes.get("batch_dim") is not None or base.batch_dim is not None):
+        raise UserInputError("--batch-dim and --no-batching exclude each other")
+    return dataclasses.replace(base, **changes)
+
+
+def load_yaml(path: str | os.PathLike) -> dict:
+    """Read a ``--config-path`` YAML file into a mapping (keys checked later)."""
+    import yaml
+
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserInputError(f"--config-path {p}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserInputError(f"--config-path {p}: cannot read ({e})") from None
+    except yaml.YAMLError as e:
+        raise UserInputError(f"--config-path {p}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserInputError(f"--config-path {p}: expected a mapping of options at the top level")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}

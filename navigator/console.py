@@ -1,0 +1,111 @@
+"""What a person sees: one start/✅/❌ line per step while working, then a table.
+
+Rich output only on a TTY; plain lines otherwise (CI logs); nothing with
+``quiet``. Everything also goes to navigator.log through logging.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+ICONS = {"ok": "✅", "failed": "❌", "skipped": "⏭️ "}
+PLAIN = {"ok": "[ok]", "failed": "[FAILED]", "skipped": "[skipped]"}
+
+
+class Reporter:
+    def __init__(self, mode: str = "auto", stream: TextIO | None = None):
+        self.stream = stream or sys.stdout
+        if mode == "auto":
+            mode = "rich" if getattr(self.stream, "isatty", lambda: False)() else "plain"
+        self.mode = mode
+        self._console = None
+        if mode == "rich":
+            try:
+                from rich.console import Console
+
+                self._console = Console(file=self.stream, highlight=False)
+            except ImportError:  # pragma: no cover - rich is a core dependency
+                self.mode = "plain"
+
+    def _print(self, text: str, style: str | None = None) -> None:
+        if self.mode == "quiet":
+            return
+        if self._console is not None:
+            self._console.print(text, style=style, markup=False)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def _icon(self, status: str) -> str:
+        return (ICONS if self.mode == "rich" else PLAIN).get(status, status)
+
+    def info(self, text: str) -> None:
+        self._print(text)
+
+    def warn(self, text: str) -> None:
+        self._print(f"warning: {text}", "yellow")
+
+    def plan(self, ws, keys: list[str], unsupported: list[str]) -> None:
+        self._print(f"workspace {ws.root}")
+        self._print(f"formats: {', '.join(keys)}" + (f" (not available: {', '.join(unsupported)})"
+                                                     if unsupported else ""))
+
+    def step_start(self, key: str, stage: str, runner: str | None) -> None:
+        if self.mode == "rich":
+            self._print(f"   … {key} {stage}" + (f" [{runner}]" if runner else ""), "dim")
+
+    def step_end(self, key: str, stage: str, runner: str | None, result: dict) -> None:
+        status = result.get("status", "ok")
+        line = f"{self._icon(status)} {key} {stage}" + (f" [{runner}]" if runner else "")
+        if result.get("duration_s") is not None:
+            line += f" ({result['duration_s']:.2f} s)"
+        if status != "ok" and result.get("reason"):
+            line += f": {str(result['reason'])[:300]}"
+        if stage == "profile" and status == "ok" and result.get("results"):
+            peak = max(result["results"], key=lambda r: r["throughput"])
+            line += f": {peak['throughput']:.1f}/s at batch {peak['batch_size']}"
+        self._print(line, {"ok": None, "failed": "red", "skipped": "yellow"}.get(status))
+
+    def summary(self, status, *, exit_code: int, failures: list[str], timings: dict | None = None) -> None:
+        if self.mode == "quiet":
+            return
+        rows = summary_rows(status)
+        headers = ["format", "runner", "convert", "verify", "profile", "best throughput"]
+        if self._console is not None:
+            from rich.table import Table
+
+            table = Table(title=f"{status.model.name}: {status.state}")
+            for h in headers:
+                table.add_column(h)
+            for row in rows:
+                table.add_row(*row)
+            self._console.print(table)
+        else:
+            widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+            self._print("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
+            for row in rows:
+                self._print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+        if status.best:
+            b = status.best
+            extra = f", {b.throughput:.1f}/s at batch {b.batch_size}" if b.throughput is not None else ""
+            self._print(f"best: {b.key} on {b.runner}{extra} (basis: {b.basis})")
+        else:
+            self._print("best: none (no format was verified)")
+        for f in failures:
+            self._print(f"failed: {f}", "red")
+        if timings and "total_s" in timings:
+            self._print(f"done in {timings['total_s']:.1f} s ({timings.get('process_starts', 0)} worker processes)")
+
+
+def summary_rows(status) -> list[list[str]]:
+    rows = []
+    for key, fs in status.formats.items():
+        conv = fs.convert.status
+        if not fs.runners:
+            rows.append([key, "-", conv, "-", "-", "-"])
+            continue
+        for rkey, rs in fs.runners.items():
+            peak = rs.profile.peak() if rs.profile.status == "ok" else None
+            best = f"{peak.throughput:.1f}/s @ {peak.batch_size}" if peak else "-"
+            rows.append([key, rkey, conv, rs.verify.status, rs.profile.status, best])
+    return rows

@@ -1,0 +1,63 @@
+"""Navigator's error hierarchy.
+
+Every error a user can cause derives from :class:`NavigatorError`. The CLI's
+``main()`` maps each class to an exit code and prints one line; anything that
+is not a ``NavigatorError`` is an internal bug (exit 3, traceback in
+navigator.log, shown with ``--verbose``).
+"""
+
+from __future__ import annotations
+
+
+class NavigatorError(Exception):
+    """Base of every error Navigator raises on purpose."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def one_line(self) -> str:
+        text = " ".join(str(self.message).split())
+        if self.hint:
+            text += f" ({' '.join(self.hint.split())})"
+        return text
+
+
+class UserInputError(NavigatorError):
+    """Bad input: a missing file, a malformed spec, a bad option. Exit 2."""
+
+    exit_code = 2
+
+
+class WorkspaceBusy(UserInputError):
+    """Another run holds the workspace lock. Exit 2."""
+
+
+class DependencyMissing(UserInputError):
+    """A package that the requested work needs is not installed. Exit 2."""
+
+    def __init__(self, package: str, purpose: str, *, extra: str | None = None):
+        hint = f"pip install 'navigator[{extra}]'" if extra else f"pip install {package}"
+        super().__init__(f"{purpose} needs the package '{package}', which is not installed", hint=hint)
+        self.package = package
+
+
+class VerificationFailed(NavigatorError):
+    """A requested target failed conversion or verification. Exit 1."""
+
+    exit_code = 1
+
+
+class GateFailed(NavigatorError):
+    """A release-gate policy was not met. Exit 1."""
+
+    exit_code = 1
+
+
+class Interrupted(NavigatorError):
+    """The run was stopped by SIGINT. Exit 130."""
+
+    exit_code = 130

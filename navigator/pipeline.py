@@ -1,0 +1,600 @@
+"""The pipeline: export -> convert -> verify -> profile -> select best.
+
+One function per stage. The live source is handled in this process
+(``prepare``); every file-to-file step runs in a worker (``run_formats``),
+one per format, whose failures stay inside that format. The parent is the
+only writer of status.yaml and saves it after every reported step, so the
+file always tells where a run is.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from navigator import deps, formats, runners
+from navigator.config import NavigatorConfig
+from navigator.errors import Interrupted, UserInputError
+from navigator.workspace import npz
+from navigator.workspace import status as status_mod
+from navigator.workspace.layout import Workspace
+from navigator.workspace.lock import WorkspaceLock
+from navigator.workspace.status import (Best, ConvertStep, FormatStatus, ModelInfo, ProfileStep, RunnerStatus,
+                                        SamplesInfo, Status, VerifyStep)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TARGETS = {
+    "onnx": ("onnx", "onnx-optimized", "openvino?"),   # "?" = only when its packages are installed
+}
+
+
+@dataclass
+class RunContext:
+    """What every stage of one run shares."""
+
+    config: NavigatorConfig
+    ws: Workspace
+    status: Status
+    source: Any
+    device: str
+    reporter: Any
+    verify_func: Callable | None = None
+    timings: dict = field(default_factory=dict)
+    process_starts: int = 0
+
+    def save(self) -> None:
+        status_mod.save(self.status, self.ws.status_path)
+
+
+# --------------------------------------------------------------------------- prepare
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if deps.gpu_present() else "cpu"
+    return device
+
+
+def _environment(device: str) -> dict:
+    import platform
+
+    env = {"python": platform.python_version(), "platform": platform.platform(),
+           "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(), "gpu": None,
+           "device": device, "packages": deps.versions()}
+    try:
+        names = sorted(os.listdir("/proc/driver/nvidia/gpus"))
+        env["gpu"] = names or None
+    except OSError:
+        pass
+    return env
+
+
+def prepare(model: Any, samples: Any, config: NavigatorConfig, reporter) -> tuple[Workspace, Any, list[dict], dict]:
+    """Open the source, read its signature, pick the workspace, take or generate
+    the samples and derive the shape profiles. Writes nothing yet."""
+    from navigator import samples as samples_mod
+    from navigator.signature import detect_batch_dim
+    from navigator.sources import open_source
+
+    source = open_source(model, config.model_format)
+    sig = source.signature
+    name = config.model_name or source.name
+    ws = Workspace.for_model(config.workdir, name)
+    batch_dim = detect_batch_dim(sig, batch_dim=config.batch_dim, no_batching=config.no_batching)
+    info = SamplesInfo()
+    if samples is not None and config.samples:
+        raise UserInputError("samples given twice: as an argument and as --samples")
+    if samples is not None:
+        batches = samples_mod.from_iterable(samples, sig, count=config.sample_count, batch_dim=batch_dim)
+        info.source = "iterable"
+    elif config.samples:
+        batches = samples_mod.from_folder(config.samples, sig, count=None, batch_dim=batch_dim)
+        info.source = "folder"
+    else:
+        batches = samples_mod.generate(sig, shapes=list(config.shapes or []) or None, count=config.sample_count,
+                                       value_ranges=config.value_ranges, dtypes=config.dtypes,
+                                       bounds=source.index_bounds, batch_dim=batch_dim, seed=config.seed)
+        info.source = "generated"
+        info.value_ranges = {spec.name: list(samples_mod.value_range(spec, config.value_ranges or {},
+                                                                      source.index_bounds))
+                             for spec in sig.inputs}
+    info.count = len(batches)
+    info.shapes = [{k: list(v.shape) for k, v in b.items()} for b in batches]
+    info.sha256 = samples_mod.samples_sha256(batches)
+    warnings: list[str] = []
+    if config.shape_profiles:
+        profiles = [dict(p) for p in config.shape_profiles]
+        for p in profiles:
+            samples_mod.check_profile_covers(p, sig, batches)
+    else:
+        profile, warnings = samples_mod.derive_profile(sig, batches, batch_dim=batch_dim,
+                                                       max_batch_size=config.max_batch_size)
+        profiles = [profile]
+    for w in warnings:
+        log.warning("%s", w)
+        reporter.warn(w)
+    _check_output_options(config, sig)
+    meta = {"batch_dim": batch_dim, "profiles": profiles, "samples_info": info, "warnings": warnings}
+    return ws, source, batches, meta
+
+
+def _check_output_options(config: NavigatorConfig, sig) -> None:
+    outputs = set(sig.output_names)
+    for option, values in (("--compare", config.compare), ("--atol", config.atol), ("--rtol", config.rtol)):
+        for name in values or {}:
+            if name not in ("", "*") and name not in outputs:
+                raise UserInputError(f"{option}: unknown output {name!r}; the model's outputs are "
+                                     f"{', '.join(repr(n) for n in sig.output_names)}")
+
+
+def write_workspace(ws: Workspace, source, batches: list[dict], meta: dict, config: NavigatorConfig,
+                    device: str) -> Status:
+    """A fresh workspace: status.yaml (state running), samples, the first artifact's folder."""
+    from navigator._version import __version__
+
+    for sub in ("formats", "samples", "jobs", "report"):
+        shutil.rmtree(ws.root / sub, ignore_errors=True)
+    for i, batch in enumerate(batches):
+        npz.save(ws.sample_file("inputs", i), batch)
+    st = Status(
+        model=ModelInfo(name=ws.name, source_format=source.format,
+                        path=str(source.path.resolve()) if source.path else None, sha256=source.sha256()),
+        navigator_version=__version__, state="running", environment=_environment(device),
+        signature=source.signature, batch_dim=meta["batch_dim"], shape_profiles=meta["profiles"],
+        samples=meta["samples_info"], config=config.to_dict(),
+    )
+    st.config["device"] = device
+    st.created = status_mod.now()
+    status_mod.save(st, ws.status_path)
+    return st
+
+
+# --------------------------------------------------------------------------- plan
+def requested_targets(config: NavigatorConfig, source) -> tuple[list[str], list[str]]:
+    """(targets to plan, optional defaults dropped because a package is missing)."""
+    from navigator.converters.registry import registry
+
+    if config.targets:
+        base = list(config.targets)
+        optional: list[str] = []
+    else:
+        base = [t.rstrip("?") for t in DEFAULT_TARGETS.get(source.format, (source.key,))]
+        optional = [t.rstrip("?") for t in DEFAULT_TARGETS.get(source.format, ()) if t.endswith("?")]
+    targets: list[str] = []
+    for t in base:
+        for p in config.target_precisions:
+            key = t if p == "fp32" else f"{t}-{p}"
+            if key not in targets:
+                targets.append(key)
+    dropped = []
+    edges = {c.target: c for c in registry.edges()}
+    for t in list(targets):
+        conv = edges.get(t)
+        if t in optional and conv is not None and deps.missing(conv.requires):
+            targets.remove(t)
+            dropped.append(t)
+    if source.key not in targets:
+        targets.insert(0, source.key)   # the first artifact is always verified: it anchors the others
+    return targets, dropped
+
+
+def plan_formats(ctx: RunContext, targets: list[str]):
+    from navigator.converters.planner import plan
+    from navigator.converters.registry import registry
+
+    edges = registry.edges()
+    reachable_precision = []
+    for t in targets:
+        if t != ctx.source.key and t not in {e.target for e in edges}:
+            key = formats.parse_key(t) if _is_key(t) else None
+            if key is not None and key.precision != "fp32":
+                reachable_precision.append(t)
+    planned = plan(ctx.source.key, [t for t in targets if t not in reachable_precision], edges)
+    return planned, reachable_precision
+
+
+def _is_key(text: str) -> bool:
+    try:
+        formats.parse_key(text)
+        return True
+    except UserInputError:
+        return False
+
+
+# --------------------------------------------------------------------------- verify rules
+def verify_settings(ctx: RunContext, key: str) -> dict:
+    from navigator.validators.tolerances import rule_for
+
+    k = formats.parse_key(key)
+    cfg = ctx.config
+    rules = {}
+    for spec in ctx.status.signature.outputs:
+        rule = rule_for(spec.name, spec.dtype, precision=k.precision, fmt=k.format, compare=cfg.compare,
+                        atol=cfg.atol, rtol=cfg.rtol)
+        rules[spec.name] = {"mode": rule.mode, "atol": rule.atol, "rtol": rule.rtol, "threshold": rule.threshold}
+    batch_dim = ctx.status.batch_dim
+    sizes: list[int] = []
+    if batch_dim is not None:
+        full = max(s[ctx.status.signature.inputs[0].name][batch_dim] for s in ctx.status.samples.shapes)
+        sizes = sorted(set(cfg.verify_batch_sizes or (1, full)))
+        if len(sizes) < 2:
+            sizes = sorted(set(sizes) | {2 if full == 1 else 1})
+    return {"rules": rules, "allow_nan": cfg.allow_nan, "error_stat": cfg.error_stat, "batch_sizes": sizes,
+            "batch_dim": batch_dim}
+
+
+def profile_settings(ctx: RunContext) -> dict | None:
+    if ctx.config.no_profile:
+        return None
+    return {"batch_dim": ctx.status.batch_dim,
+            "settings": {"max_batch_size": ctx.config.max_batch_size, "budget_s": ctx.config.profile_budget_s}}
+
+
+# --------------------------------------------------------------------------- run formats
+def _sys_path_for(cls) -> list[str]:
+    """Folders a worker needs on sys.path to import ``cls`` (plugins defined outside site-packages)."""
+    module = sys.modules.get(cls.__module__)
+    file = getattr(module, "__file__", None)
+    if not file or cls.__module__.startswith("navigator."):
+        return []
+    root = Path(file).resolve().parent
+    for _ in range(cls.__module__.count(".")):
+        root = root.parent
+    return [str(root)]
+
+
+def _format_task(ctx: RunContext, item, fmt_status: FormatStatus) -> dict:
+    key = item.key
+    task: dict = {"kind": "format", "key": key, "artifact": fmt_status.path, "io_names": fmt_status.io_names,
+                  "verify": verify_settings(ctx, key), "profile": profile_settings(ctx), "runners": []}
+    if item.converter is not None:
+        conv = item.converter
+        parent = ctx.status.formats[item.parent]
+        params = conv.Params()
+        task["convert"] = {"converter": conv.import_path(), "source": parent.path, "output": fmt_status.path,
+                           "params": _params_dict(params), "device": ctx.device}
+    for spec in runners.specs_for(fmt_status.format, ctx.device):
+        task["runners"].append(spec.to_dict() | {"key": spec.key})
+    return task
+
+
+def _params_dict(params) -> dict:
+    import dataclasses
+
+    return dataclasses.asdict(params) if dataclasses.is_dataclass(params) else {}
+
+
+def _write_reproduce(ctx: RunContext, item, fmt_status: FormatStatus, task: dict) -> None:
+    import json
+    import shlex
+
+    from navigator.workspace.atomic import write_text
+
+    fdir = ctx.ws.format_dir(item.key)
+    conv = task.get("convert")
+    lines = ["#!/usr/bin/env bash", f"# Rebuilds formats/{item.key} of this workspace.", "set -euo pipefail",
+             'cd "$(dirname "$0")/../.."']
+    if conv:
+        write_text(fdir / "params.json", json.dumps(conv["params"], indent=1) + "\n")
+        module = conv["converter"].split(":")[0]
+        lines.append(" ".join(shlex.quote(x) for x in [
+            "python", "-m", module, "--workspace", ".", "--source", conv["source"], "--output", conv["output"],
+            "--params", f"formats/{item.key}/params.json", "--device", conv["device"]]))
+    else:
+        src = ctx.status.model.path or "<source>"
+        lines.append(f"# {item.key} is the source model, copied from {shlex.quote(src)}")
+        lines.append(f"cp {shlex.quote(src)} {shlex.quote(fmt_status.path)}")
+    write_text(fdir / "reproduce.sh", "\n".join(lines) + "\n")
+    os.chmod(fdir / "reproduce.sh", 0o755)
+
+
+def _apply_event(ctx: RunContext, event: dict) -> None:
+    key = event["key"]
+    stage = event["stage"]
+    if event["event"] == "start":
+        ctx.reporter.step_start(key, stage, event.get("runner"))
+        return
+    result = dict(event["result"])
+    if stage == "reference":
+        ctx.reporter.step_end("reference", stage, None, result)
+        return
+    fs = ctx.status.formats[key]
+    rel_log = f"formats/{key}/{stage}.log"
+    if stage == "convert":
+        fs.convert = ConvertStep(status=result["status"], reason=result.get("reason"),
+                                 duration_s=result.get("duration_s"), exporter=result.get("exporter"),
+                                 inputs_sha256=fs.convert.inputs_sha256, log=rel_log)
+        if result.get("io_names"):
+            fs.io_names.update(result["io_names"])
+    else:
+        rs = fs.runners[event["runner"]]
+        if stage == "verify":
+            rs.verify = VerifyStep.from_dict(result | {"log": rel_log})
+            if rs.verify.status == "ok" and ctx.verify_func is not None:
+                _apply_verify_func(ctx, key, event["runner"], rs)
+        elif stage == "profile":
+            rs.profile = ProfileStep.from_dict(result | {"log": rel_log})
+    ctx.reporter.step_end(key, stage, event.get("runner"), result)
+    ctx.save()
+
+
+def _apply_verify_func(ctx: RunContext, key: str, runner_key: str, rs: RunnerStatus) -> None:
+    out_dir = ctx.ws.outputs_dir(key, runner_key)
+    for ref_path in sorted(ctx.ws.reference_dir.glob("*.npz")):
+        try:
+            ok = bool(ctx.verify_func(npz.load(ref_path), npz.load(out_dir / ref_path.name)))
+        except Exception as e:
+            ok, why = False, f"verify_func raised {type(e).__name__}: {e}"
+        else:
+            why = f"verify_func rejected sample {ref_path.stem}"
+        if not ok:
+            rs.verify.status = "failed"
+            rs.verify.reason = why
+            return
+
+
+def _finish_crashed(ctx: RunContext, tasks: list[dict], outcome) -> None:
+    """Stages that a dead or killed worker never reported: failed (where it stopped)
+    or failed as not run (after it)."""
+    reason = outcome.reason or "the worker stopped"
+    tail = outcome.log_tail
+    done = {(e["task"], e["stage"], e.get("runner")) for e in outcome.events if e["event"] == "end"}
+    where = outcome.open_stage
+    for i, task in enumerate(tasks):
+        if task["kind"] == "reference":
+            continue
+        fs = ctx.status.formats[task["key"]]
+        here = where is not None and where["task"] == i
+        if task.get("convert") and (i, "convert", None) not in done:
+            if here and where["stage"] == "convert" or fs.convert.status != "ok":
+                fs.convert = ConvertStep(status="failed", reason=_with_tail(reason, tail),
+                                         log=f"formats/{task['key']}/worker.log")
+                ctx.reporter.step_end(task["key"], "convert", None, {"status": "failed", "reason": reason})
+            continue
+        for spec in task["runners"]:
+            rs = fs.runners[spec["key"]]
+            for stage in ("verify", "profile"):
+                if (i, stage, spec["key"]) in done:
+                    continue
+                if stage == "profile" and (not task.get("profile") or rs.verify.status != "ok"):
+                    continue
+                step = rs.verify if stage == "verify" else rs.profile
+                step.status = "failed"
+                step.reason = _with_tail(reason, tail) if here else f"not run: {reason}"
+                step.log = f"formats/{task['key']}/worker.log"
+                ctx.reporter.step_end(task["key"], stage, spec["key"], {"status": "failed", "reason": reason})
+    ctx.save()
+
+
+def _with_tail(reason: str, tail: str) -> str:
+    if not tail:
+        return reason
+    last = [line for line in tail.splitlines() if line.strip()][-3:]
+    return reason + " | log tail: " + " / ".join(x.strip()[:200] for x in last)
+
+
+def run_job(ctx: RunContext, name: str, tasks: list[dict], log_path: Path, sys_path: list[str]) -> None:
+    from navigator import isolation
+
+    job = {"workspace": str(ctx.ws.root), "events": str(ctx.ws.jobs_dir / f"{name}.events.jsonl"),
+           "tasks": tasks, "sys_path": sys_path, "log_level": "INFO"}
+    ctx.process_starts += 1
+    start = time.perf_counter()
+    outcome = isolation.run_worker(job, ctx.ws.jobs_dir / f"{name}.json", log_path,
+                                   stage_timeout_s=ctx.config.timeout, on_event=lambda e: _apply_event(ctx, e))
+    ctx.timings.setdefault("workers", []).append((name, time.perf_counter() - start, _stage_durations(outcome)))
+    if outcome.reason:
+        log.warning("worker %s: %s", name, outcome.reason)
+        _finish_crashed(ctx, tasks, outcome)
+
+
+def _stage_durations(outcome) -> dict:
+    out: dict = {}
+    for e in outcome.events:
+        if e["event"] == "end":
+            out[e["stage"]] = out.get(e["stage"], 0.0) + float(e["result"].get("duration_s") or 0.0)
+    return out
+
+
+def run_formats(ctx: RunContext, planned) -> None:
+    """One worker per format, parents first; the first one also computes the reference."""
+    st = ctx.status
+    for item in planned:
+        k = formats.parse_key(item.key)
+        fdir = ctx.ws.format_dir(item.key)
+        fs = FormatStatus(format=k.format, precision=k.precision,
+                          path=ctx.ws.rel(fdir / formats.file_name(k.format)), parent=item.parent,
+                          isolated=ctx.source.isolated if item.converter is None else True)
+        fs.io_names = {t.name: t.name for t in st.signature.inputs + st.signature.outputs}
+        for spec in runners.specs_for(k.format, ctx.device):
+            fs.runners[spec.key] = RunnerStatus(runner=spec.runner, device=spec.device, provider=spec.provider)
+        st.formats[item.key] = fs
+    ctx.save()
+    for item in planned:
+        fs = st.formats[item.key]
+        fdir = ctx.ws.format_dir(item.key)
+        fdir.mkdir(parents=True, exist_ok=True)
+        if item.converter is None:
+            _export_source(ctx, item, fs)
+            if fs.convert.status != "ok":
+                _skip_runners(fs, "the source could not be brought into the workspace")
+                continue
+        else:
+            parent = st.formats[item.parent]
+            if parent.convert.status != "ok":
+                fs.convert = ConvertStep(status="skipped", reason=f"its parent {item.parent} was not converted")
+                _skip_runners(fs, fs.convert.reason)
+                ctx.reporter.step_end(item.key, "convert", None, fs.convert.to_dict())
+                continue
+            missing = deps.missing(item.converter.requires)
+            if missing:
+                fs.convert = ConvertStep(status="skipped", reason=f"needs the package(s) {', '.join(missing)}, "
+                                                                  "which are not installed")
+                _skip_runners(fs, fs.convert.reason)
+                ctx.reporter.step_end(item.key, "convert", None, fs.convert.to_dict())
+                continue
+            if ctx.device not in item.converter.devices:
+                fs.convert = ConvertStep(status="skipped", reason=f"{item.converter.name} does not run on "
+                                                                  f"{ctx.device}")
+                _skip_runners(fs, fs.convert.reason)
+                continue
+            fs.convert.inputs_sha256 = parent.convert.inputs_sha256
+        if not fs.runners:
+            log.info("%s: no runner for format %s on %s", item.key, fs.format, ctx.device)
+        task = _format_task(ctx, item, fs)
+        _write_reproduce(ctx, item, fs, task)
+        tasks = [task]
+        if item.converter is None:
+            tasks.insert(0, {"kind": "reference", "key": "reference", "artifact": fs.path,
+                             "runner": {k: v for k, v in ctx.source.reference_runner.items() if k != "options"},
+                             "options": ctx.source.reference_runner.get("options", {})})
+        run_job(ctx, item.key, tasks, fdir / "worker.log", _sys_path_for(item.converter) if item.converter else [])
+        for spec in fs.runners.values():   # a format without a reference cannot be verified
+            if spec.verify.status == "skipped" and spec.verify.reason is None:
+                spec.verify.reason = "not run"
+        ctx.save()
+        if item.converter is None and not any(ctx.ws.reference_dir.glob("*.npz")):
+            raise_reference_failed(ctx)
+
+
+def raise_reference_failed(ctx: RunContext) -> None:
+    from navigator.isolation import log_tail
+
+    tail = log_tail(ctx.ws.root / "samples" / "reference.log", 3) or log_tail(
+        ctx.ws.format_dir(ctx.source.key) / "worker.log", 3)
+    raise UserInputError(f"the reference outputs could not be computed from the source model "
+                         f"({' / '.join(tail.splitlines()) or 'see navigator.log'})")
+
+
+def _export_source(ctx: RunContext, item, fs: FormatStatus) -> None:
+    start = time.perf_counter()
+    ctx.reporter.step_start(item.key, "export", None)
+    try:
+        info = ctx.source.export(ctx.ws, ctx.ws.abs(fs.path)) or {}
+        fs.convert = ConvertStep(status="ok", duration_s=round(time.perf_counter() - start, 4),
+                                 exporter=info.get("exporter"), inputs_sha256=ctx.status.model.sha256)
+    except UserInputError:
+        raise
+    except Exception as e:
+        log.exception("export failed")
+        fs.convert = ConvertStep(status="failed", reason=f"{type(e).__name__}: {e}",
+                                 duration_s=round(time.perf_counter() - start, 4))
+    ctx.reporter.step_end(item.key, "export", None, fs.convert.to_dict())
+    ctx.save()
+
+
+def _skip_runners(fs: FormatStatus, reason: str) -> None:
+    for rs in fs.runners.values():
+        rs.verify = VerifyStep(status="skipped", reason=reason)
+        rs.profile = ProfileStep(status="skipped", reason=reason)
+
+
+# --------------------------------------------------------------------------- best
+def select_best(st: Status, *, no_profile: bool) -> Best | None:
+    """Highest throughput among verified (format, runner); by preference with --no-profile."""
+    candidates = []
+    for key, fs in st.formats.items():
+        if fs.convert.status != "ok":
+            continue
+        for rkey, rs in fs.runners.items():
+            if rs.verify.status != "ok":
+                continue
+            peak = rs.profile.peak() if rs.profile.status == "ok" else None
+            candidates.append((key, rkey, peak))
+    if not candidates:
+        return None
+    profiled = [c for c in candidates if c[2] is not None]
+    if profiled and not no_profile:
+        key, rkey, peak = max(profiled, key=lambda c: c[2].throughput)
+        return Best(key=key, runner=rkey, batch_size=peak.batch_size, throughput=peak.throughput, basis="profile")
+    key, rkey, _ = min(candidates, key=lambda c: formats.preference_rank(c[0]))
+    return Best(key=key, runner=rkey, basis="preference")
+
+
+def outcome_code(st: Status, requested: list[str]) -> tuple[int, list[str]]:
+    """Exit code (0 or 1) and the reasons of the requested targets that failed."""
+    failures = []
+    for key in requested:
+        fs = st.formats.get(key)
+        if fs is None:
+            continue
+        if fs.convert.status == "failed":
+            failures.append(f"{key}: conversion failed: {fs.convert.reason}")
+            continue
+        for rkey, rs in fs.runners.items():
+            if rs.verify.status == "failed":
+                failures.append(f"{key} on {rkey}: verification failed: {rs.verify.reason}")
+    return (1 if failures else 0), failures
+
+
+# --------------------------------------------------------------------------- the run
+@dataclass
+class RunOutcome:
+    workspace: Workspace
+    status: Status
+    exit_code: int
+    failures: list[str]
+    requested: list[str]
+    timings: dict
+
+
+def _install_log_handler(ws: Workspace) -> logging.Handler:
+    ws.root.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(ws.log_path, mode="a", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setLevel(logging.DEBUG)
+    logger = logging.getLogger("navigator")
+    logger.addHandler(handler)
+    if logger.level == logging.NOTSET or logger.level > logging.INFO:
+        logger.setLevel(logging.INFO)
+    return handler
+
+
+def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_func=None) -> RunOutcome:
+    """The whole pipeline for one model; see the module docstring."""
+    t0 = time.perf_counter()
+    config = config.resolved()
+    device = resolve_device(config.device)
+    ws, source, batches, meta = prepare(model, samples, config, reporter)
+    ws.root.mkdir(parents=True, exist_ok=True)
+    timings: dict = {"prepare_s": time.perf_counter() - t0}
+    with WorkspaceLock(ws.lock_path):
+        handler = _install_log_handler(ws)
+        ctx = None
+        try:
+            log.info("navigator convert %s into %s (device %s)", source.path or type(source.obj).__name__, ws.root,
+                     device)
+            st = write_workspace(ws, source, batches, meta, config, device)
+            ctx = RunContext(config=config, ws=ws, status=st, source=source, device=device, reporter=reporter,
+                             verify_func=verify_func, timings=timings)
+            targets, dropped = requested_targets(config, source)
+            for t in dropped:
+                log.info("default target %s left out: its packages are not installed", t)
+            planned, unsupported = plan_formats(ctx, targets)
+            for key in unsupported:
+                k = formats.parse_key(key)
+                st.formats[key] = FormatStatus(format=k.format, precision=k.precision, convert=ConvertStep(
+                    status="skipped", reason=f"no converter produces {key} here (precision {k.precision})"))
+            reporter.plan(ws, [p.key for p in planned], unsupported)
+            run_formats(ctx, planned)
+            st.best = select_best(st, no_profile=config.no_profile)
+            st.state = "complete"
+            ctx.save()
+            code, failures = outcome_code(st, [t for t in targets if t in st.formats])
+            timings["total_s"] = time.perf_counter() - t0
+            timings["process_starts"] = ctx.process_starts
+            log.info("done in %.2f s with %d worker processes", timings["total_s"], ctx.process_starts)
+            return RunOutcome(ws, st, code, failures, targets, timings)
+        except KeyboardInterrupt:
+            if ctx is not None:
+                ctx.status.state = "interrupted"
+                ctx.save()
+            raise Interrupted("interrupted; the workspace records state: interrupted") from None
+        finally:
+            logging.getLogger("navigator").removeHandler(handler)
+            handler.close()

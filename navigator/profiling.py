@@ -1,0 +1,120 @@
+"""In-process throughput and latency measurement, inside the format's worker.
+
+Windows run until the last 3 agree within 10% on throughput (minimum 3,
+maximum 10 windows, Perf Analyzer's rule scaled down); batch sizes double
+from 1 until throughput gains < 5% or ``max_batch_size``; a time budget per
+format bounds it all and marks the result ``stable: false`` when it ends the
+measurement early.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+STABILITY = 1.10          # max/min over the last 3 windows
+MIN_WINDOWS, MAX_WINDOWS, LAST = 3, 10, 3
+MIN_GAIN = 0.05           # stop the batch sweep below this throughput gain
+
+
+@dataclass
+class ProfileSettings:
+    max_batch_size: int = 64
+    budget_s: float = 20.0
+    window_s: float = 0.1          # a window is at least this long ...
+    window_min_iters: int = 10     # ... and at least this many inferences
+    warmup_iters: int = 3
+    batch_sizes: list[int] | None = None   # explicit sweep instead of doubling
+
+
+@dataclass
+class ProfileOutcome:
+    results: list[dict] = field(default_factory=list)
+    stable: bool = True
+    reason: str | None = None
+
+
+def batch_of(sample: dict, batch_dim: int, size: int) -> dict:
+    """``sample`` tiled or cut along the batch dim to ``size`` rows."""
+    import numpy as np
+
+    out = {}
+    for name, arr in sample.items():
+        n = arr.shape[batch_dim]
+        idx = np.arange(size) % n
+        out[name] = np.ascontiguousarray(np.take(arr, idx, axis=batch_dim))
+    return out
+
+
+def percentiles(latencies_s: list[float]) -> dict[str, float]:
+    import numpy as np
+
+    a = np.asarray(latencies_s) * 1000.0
+    return {f"p{q}": round(float(np.percentile(a, q)), 4) for q in (50, 90, 95, 99)} | {
+        "mean": round(float(a.mean()), 4)}
+
+
+def measure(infer, feeds: dict, batch_size: int, settings: ProfileSettings, deadline: float) -> tuple[dict, bool]:
+    """Windows at one batch size; returns the result and whether it was stable."""
+    for _ in range(settings.warmup_iters):
+        infer(feeds)
+    windows: list[tuple[float, float, list[float]]] = []   # (throughput, mean latency, latencies)
+    stable = False
+    while len(windows) < MAX_WINDOWS:
+        lat: list[float] = []
+        start = time.perf_counter()
+        while len(lat) < settings.window_min_iters or time.perf_counter() - start < settings.window_s:
+            t0 = time.perf_counter()
+            infer(feeds)
+            lat.append(time.perf_counter() - t0)
+        elapsed = time.perf_counter() - start
+        windows.append((len(lat) * batch_size / elapsed, sum(lat) / len(lat), lat))
+        if len(windows) >= MIN_WINDOWS:
+            last = windows[-LAST:]
+            thr = [w[0] for w in last]
+            mean = [w[1] for w in last]
+            if max(thr) / min(thr) <= STABILITY and max(mean) / min(mean) <= STABILITY:
+                stable = True
+                break
+        if time.perf_counter() > deadline:
+            break
+    last = windows[-LAST:]
+    all_lat = [x for w in last for x in w[2]]
+    throughput = len(all_lat) * batch_size / sum(all_lat)
+    return {"batch_size": batch_size, "throughput": round(throughput, 3), "latency_ms": percentiles(all_lat)}, stable
+
+
+def sweep(infer, sample: dict, batch_dim: int | None, settings: ProfileSettings) -> ProfileOutcome:
+    """Profile ``infer`` over batch sizes; ``infer(feeds)`` runs one inference."""
+    outcome = ProfileOutcome()
+    deadline = time.perf_counter() + settings.budget_s
+    if batch_dim is None:
+        result, stable = measure(infer, sample, 1, settings, deadline)
+        outcome.results.append(result)
+        outcome.stable = stable
+        if not stable:
+            outcome.reason = "throughput did not settle within 10 windows or the budget"
+        return outcome
+    if settings.batch_sizes:
+        sizes = [b for b in settings.batch_sizes if b <= settings.max_batch_size] or [1]
+    else:
+        sizes, b = [], 1
+        while b <= settings.max_batch_size:
+            sizes.append(b)
+            b *= 2
+    best = 0.0
+    for i, size in enumerate(sizes):
+        if time.perf_counter() > deadline:
+            outcome.stable = False
+            outcome.reason = f"profile budget of {settings.budget_s:g} s ended the sweep before batch size {size}"
+            break
+        result, stable = measure(infer, batch_of(sample, batch_dim, size), size, settings, deadline)
+        outcome.results.append(result)
+        if not stable:
+            outcome.stable = False
+            outcome.reason = outcome.reason or f"batch size {size}: throughput did not settle"
+        gain = result["throughput"] / best - 1.0 if best else float("inf")
+        best = max(best, result["throughput"])
+        if not settings.batch_sizes and gain < MIN_GAIN:
+            break
+    return outcome

@@ -1,0 +1,75 @@
+"""Runners: how a format is executed. Each loads an artifact on a device and
+maps ``{name: ndarray}`` feeds to ``{name: ndarray}`` outputs.
+
+Runner classes are named here as strings and imported only when used, so
+``import navigator.runners`` pulls in no framework.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from navigator.errors import UserInputError
+
+# runner name -> (module, class)
+_CLASSES = {
+    "onnxruntime": ("navigator.runners.onnxruntime", "OnnxruntimeRunner"),
+    "openvino": ("navigator.runners.openvino", "OpenVINORunner"),
+}
+
+
+@dataclass(frozen=True)
+class RunnerSpec:
+    """One way to run a format: ``key`` is how status.yaml names it."""
+
+    runner: str
+    device: str
+    provider: str | None = None
+    requires: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.runner}-{self.provider or self.device}"
+
+    def to_dict(self) -> dict:
+        return {"runner": self.runner, "device": self.device, "provider": self.provider}
+
+
+# format -> the runner specs per device
+_BY_FORMAT: dict[str, dict[str, tuple[RunnerSpec, ...]]] = {
+    "onnx": {
+        "cpu": (RunnerSpec("onnxruntime", "cpu", None, ("onnxruntime",)),),
+        "cuda": (RunnerSpec("onnxruntime", "cuda", None, ("onnxruntime",)),
+                 RunnerSpec("onnxruntime", "cuda", "tensorrt", ("onnxruntime",))),
+    },
+    "openvino": {
+        "cpu": (RunnerSpec("openvino", "cpu", None, ("openvino",)),),
+        "cuda": (),
+    },
+}
+
+
+def register_runner(name: str, module: str, cls: str, formats: dict[str, dict[str, tuple[RunnerSpec, ...]]]) -> None:
+    """Add a runner class (by import path) and the formats/devices it serves."""
+    _CLASSES[name] = (module, cls)
+    for fmt, by_device in formats.items():
+        entry = _BY_FORMAT.setdefault(fmt, {})
+        for device, specs in by_device.items():
+            entry[device] = tuple(s for s in entry.get(device, ()) if s.key not in {x.key for x in specs}) + specs
+
+
+def specs_for(fmt: str, device: str) -> tuple[RunnerSpec, ...]:
+    return _BY_FORMAT.get(fmt, {}).get(device, ())
+
+
+def runner_class(name: str):
+    if name not in _CLASSES:
+        raise UserInputError(f"unknown runner {name!r}; known: {', '.join(sorted(_CLASSES))}")
+    module, cls = _CLASSES[name]
+    return getattr(importlib.import_module(module), cls)
+
+
+def create(spec: RunnerSpec, path, **options):
+    """An (inactive) runner for the artifact at ``path``."""
+    return runner_class(spec.runner)(path, device=spec.device, provider=spec.provider, **options)

@@ -1,0 +1,86 @@
+"""The runner lifecycle (a template method): ``activate`` / ``infer`` /
+``deactivate`` check state and feed names; subclasses write the ``*_impl``."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import ClassVar
+
+from navigator.errors import UserInputError
+
+
+class RunnerError(Exception):
+    """A runner could not load or run the artifact."""
+
+
+class RunnerUnavailable(RunnerError):
+    """The runner cannot run here (a missing package, provider or device): ``skipped``."""
+
+
+class Runner:
+    name: ClassVar[str] = "base"
+    requires: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, path: str | os.PathLike, *, device: str = "cpu", provider: str | None = None, **options):
+        self.path = Path(path)
+        self.device = device
+        self.provider = provider
+        self.options = options
+        self.is_active = False
+        self.input_names: list[str] = []
+        self.output_names: list[str] = []
+        self.last_inference_s: float | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.path)!r}, device={self.device!r}, provider={self.provider!r})"
+
+    # -- public lifecycle -------------------------------------------------
+    def activate(self) -> "Runner":
+        if self.is_active:
+            raise RunnerError(f"{self!r} is already active")
+        from navigator import deps
+
+        missing = deps.missing(self.requires)
+        if missing:
+            raise RunnerUnavailable(f"runner {self.name} needs {', '.join(missing)}, which is not installed")
+        self.activate_impl()
+        self.is_active = True
+        return self
+
+    def infer(self, feeds: dict) -> dict:
+        if not self.is_active:
+            raise RunnerError(f"{self!r} is not active; call activate() first")
+        names = set(feeds)
+        expected = set(self.input_names)
+        if names != expected:
+            missing, extra = sorted(expected - names), sorted(names - expected)
+            raise UserInputError(f"feeds do not match the model's inputs (missing {missing}, unknown {extra})")
+        start = time.perf_counter()
+        outputs = self.infer_impl(feeds)
+        self.last_inference_s = time.perf_counter() - start
+        return outputs
+
+    def deactivate(self) -> None:
+        if self.is_active:
+            self.deactivate_impl()
+            self.is_active = False
+
+    def __enter__(self) -> "Runner":
+        return self.activate()
+
+    def __exit__(self, *exc) -> None:
+        self.deactivate()
+
+    __call__ = infer
+
+    # -- subclass hooks ---------------------------------------------------
+    def activate_impl(self) -> None:
+        raise NotImplementedError
+
+    def infer_impl(self, feeds: dict) -> dict:
+        raise NotImplementedError
+
+    def deactivate_impl(self) -> None:
+        pass

@@ -1,0 +1,302 @@
+"""Sample batches: taken from the user (an iterable, a DataLoader, an npz
+folder) or generated from the signature; and the shape profiles derived
+from them.
+
+A sample is ``{input name: ndarray}`` holding one batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterable
+
+from navigator.errors import UserInputError
+from navigator.types import ModelSignature, TensorSpec
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BATCH = 8
+DEFAULT_DYNAMIC = 16
+DEFAULT_INT_HIGH = 16
+
+
+def _to_numpy(value: Any, where: str):
+    import numpy as np
+
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch.Tensor, without importing torch
+        value = value.detach().cpu()
+        if str(getattr(value, "dtype", "")) == "torch.bfloat16":
+            value = value.float()
+        value = value.numpy()
+    elif hasattr(value, "numpy") and not isinstance(value, np.ndarray):  # tf.Tensor
+        value = value.numpy()
+    arr = np.asarray(value)
+    if arr.dtype == object or arr.dtype.kind not in "biufc":
+        raise UserInputError(f"{where}: expected a numeric or bool tensor, got {type(value).__name__} "
+                             f"of dtype {arr.dtype}")
+    return arr
+
+
+def normalize_batch(batch: Any, signature: ModelSignature, where: str) -> dict:
+    """One user batch (dict, tuple/list, or one tensor) as ``{input name: ndarray}``."""
+    names = signature.input_names
+    if isinstance(batch, dict):
+        items = {str(k): v for k, v in batch.items()}
+    elif isinstance(batch, (tuple, list)):
+        if len(batch) != len(names):
+            raise UserInputError(f"{where}: a batch of {len(batch)} tensors for a model with {len(names)} inputs "
+                                 f"({', '.join(names)})")
+        items = dict(zip(names, batch))
+    else:
+        if len(names) != 1:
+            raise UserInputError(f"{where}: one tensor given for a model with {len(names)} inputs "
+                                 f"({', '.join(names)}); give a dict or a tuple")
+        items = {names[0]: batch}
+    return {name: _to_numpy(value, f"{where}, input '{name}'") for name, value in items.items()}
+
+
+def check_sample(sample: dict, signature: ModelSignature, where: str, batch_dim: int | None) -> dict:
+    """Names, ranks, static dims and dtypes of one sample against the signature;
+    returns the sample with arrays cast to the model's dtypes where that is safe."""
+    import numpy as np
+
+    expected = signature.input_names
+    missing = [n for n in expected if n not in sample]
+    extra = [n for n in sample if n not in expected]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"missing {', '.join(repr(n) for n in missing)}")
+        if extra:
+            parts.append(f"unknown {', '.join(repr(n) for n in extra)}")
+        raise UserInputError(f"{where}: input names do not match the model ({'; '.join(parts)}); "
+                             f"the model's inputs are {', '.join(repr(n) for n in expected)}")
+    out = {}
+    for spec in signature.inputs:
+        arr = sample[spec.name]
+        if arr.ndim != spec.rank:
+            raise UserInputError(f"{where}: input '{spec.name}' has {arr.ndim} dims {list(arr.shape)}, "
+                                 f"the model expects {spec.rank} {spec.shape}")
+        for axis, (got, want) in enumerate(zip(arr.shape, spec.shape)):
+            if want > 0 and got != want:
+                raise UserInputError(f"{where}: input '{spec.name}' has size {got} at dim {axis}, "
+                                     f"the model expects {want} (shape {spec.shape})")
+            if got == 0:
+                raise UserInputError(f"{where}: input '{spec.name}' has a zero-size dim {axis} "
+                                     f"(shape {list(arr.shape)}); give at least one element")
+        want_dtype = _np_dtype(spec.dtype)
+        if arr.dtype != want_dtype:
+            if want_dtype is None:
+                pass
+            elif np.can_cast(arr.dtype, want_dtype, casting="same_kind") or (
+                    arr.dtype.kind in "iub" and want_dtype.kind in "iu"):
+                if arr.dtype.kind in "iu" and want_dtype.kind in "iu" and arr.size:
+                    info = np.iinfo(want_dtype)
+                    if arr.min() < info.min or arr.max() > info.max:
+                        raise UserInputError(f"{where}: input '{spec.name}' has values outside {want_dtype}")
+                arr = arr.astype(want_dtype)
+            else:
+                raise UserInputError(f"{where}: input '{spec.name}' has dtype {arr.dtype}, the model expects "
+                                     f"{spec.dtype}")
+        out[spec.name] = np.ascontiguousarray(arr)
+    if batch_dim is not None:
+        sizes = {n: a.shape[batch_dim] for n, a in out.items()}
+        if len(set(sizes.values())) > 1:
+            raise UserInputError(f"{where}: inputs disagree on the batch size at dim {batch_dim}: {sizes}")
+    return out
+
+
+def _np_dtype(name: str):
+    import numpy as np
+
+    if name == "bfloat16":
+        return None  # numpy has no bfloat16: accept what is given
+    return np.dtype(name)
+
+
+def from_iterable(batches: Iterable, signature: ModelSignature, *, count: int, batch_dim: int | None) -> list[dict]:
+    """Up to ``count`` batches from a list, generator or DataLoader."""
+    if isinstance(batches, (str, bytes, os.PathLike)):
+        raise UserInputError("samples: a path was given where batches were expected; use samples_dir / --samples")
+    try:
+        iterator = iter(batches)
+    except TypeError:
+        raise UserInputError(f"samples: expected an iterable of batches, got {type(batches).__name__}") from None
+    out = []
+    for i, batch in enumerate(iterator):
+        if i >= count:
+            break
+        sample = normalize_batch(batch, signature, f"sample {i}")
+        out.append(check_sample(sample, signature, f"sample {i}", batch_dim))
+    if not out:
+        raise UserInputError("samples: the iterable gave no batches")
+    return out
+
+
+def from_folder(folder: str | os.PathLike, signature: ModelSignature, *, count: int | None,
+                batch_dim: int | None) -> list[dict]:
+    """Batches stored as ``*.npz`` (keys = input names) in ``folder``, name order."""
+    from navigator.workspace import npz
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise UserInputError(f"--samples {folder}: no such folder")
+    files = sorted(folder.glob("*.npz"))
+    if not files:
+        raise UserInputError(f"--samples {folder}: no .npz files in it")
+    if count:
+        files = files[:count]
+    return [check_sample(npz.load(p), signature, str(p), batch_dim) for p in files]
+
+
+def sample_shapes(signature: ModelSignature, shapes: dict | None, batch_dim: int | None) -> dict[str, tuple]:
+    """The shape of each input for generated samples: ``shapes`` where given,
+    else the model's static dims, the batch dim 8 and other dynamic dims 16."""
+    shapes = shapes or {}
+    unknown = [n for n in shapes if n not in signature.input_names]
+    if unknown:
+        raise UserInputError(f"--shapes: unknown input {unknown[0]!r}; the model's inputs are "
+                             f"{', '.join(repr(n) for n in signature.input_names)}")
+    out = {}
+    for spec in signature.inputs:
+        if spec.name in shapes:
+            shape = tuple(shapes[spec.name])
+            if len(shape) != spec.rank:
+                raise UserInputError(f"--shapes: '{spec.name}' given {len(shape)} dims, the model has {spec.rank} "
+                                     f"({spec.shape})")
+            for axis, (got, want) in enumerate(zip(shape, spec.shape)):
+                if want > 0 and got != want:
+                    raise UserInputError(f"--shapes: '{spec.name}' dim {axis} is {got}, the model fixes it at {want}")
+        else:
+            shape = tuple(d if d > 0 else (DEFAULT_BATCH if axis == batch_dim else DEFAULT_DYNAMIC)
+                          for axis, d in enumerate(spec.shape))
+        out[spec.name] = shape
+    return out
+
+
+def value_range(spec: TensorSpec, value_ranges: dict, bounds: dict) -> tuple[float, float]:
+    if spec.name in value_ranges:
+        lo, hi = value_ranges[spec.name]
+        return float(lo), float(hi)
+    if spec.dtype == "bool":
+        return 0.0, 2.0
+    if spec.dtype.startswith(("int", "uint")):
+        return 0.0, float(bounds.get(spec.name, DEFAULT_INT_HIGH))
+    return 0.0, 1.0
+
+
+def generate(signature: ModelSignature, *, shapes: list[dict] | None, count: int, value_ranges: dict | None,
+             dtypes: dict | None, bounds: dict, batch_dim: int | None, seed: int = 0) -> list[dict]:
+    """``count`` random batches: floats uniform in [0, 1), integers in [0, n) where n is
+    the row count of the table they index (``bounds``) else [0, 16), bool 0/1;
+    ``value_ranges`` overrides, ``dtypes`` overrides dtypes where the model leaves them open."""
+    import numpy as np
+
+    value_ranges = value_ranges or {}
+    dtypes = dtypes or {}
+    for option, given in (("--value-ranges", value_ranges), ("--dtypes", dtypes)):
+        unknown = [n for n in given if n not in signature.input_names]
+        if unknown:
+            raise UserInputError(f"{option}: unknown input {unknown[0]!r}; the model's inputs are "
+                                 f"{', '.join(repr(n) for n in signature.input_names)}")
+    rng = np.random.default_rng(seed)
+    shape_sets = shapes or [None]
+    out = []
+    for i in range(count):
+        shape_map = sample_shapes(signature, shape_sets[i % len(shape_sets)], batch_dim)
+        sample = {}
+        for spec in signature.inputs:
+            dtype = np.dtype(dtypes.get(spec.name, spec.dtype if spec.dtype != "bfloat16" else "float32"))
+            lo, hi = value_range(spec, value_ranges, bounds)
+            shape = shape_map[spec.name]
+            if dtype.kind == "b":
+                arr = rng.integers(0, 2, size=shape).astype(bool)
+            elif dtype.kind in "iu":
+                ilo, ihi = int(np.ceil(lo)), int(np.ceil(hi))
+                if ihi <= ilo:
+                    ihi = ilo + 1
+                arr = rng.integers(ilo, ihi, size=shape).astype(dtype)
+            else:
+                arr = (lo + (hi - lo) * rng.random(size=shape)).astype(dtype)
+            sample[spec.name] = arr
+        out.append(sample)
+    return out
+
+
+def samples_sha256(samples: list[dict]) -> str:
+    h = hashlib.sha256()
+    for sample in samples:
+        for name in sorted(sample):
+            arr = sample[name]
+            h.update(name.encode())
+            h.update(str(arr.dtype).encode())
+            h.update(repr(arr.shape).encode())
+            h.update(arr.tobytes())
+    return h.hexdigest()
+
+
+def derive_profile(signature: ModelSignature, samples: list[dict], *, batch_dim: int | None,
+                   max_batch_size: int) -> tuple[dict, list[str]]:
+    """A shape profile {name: {min, opt, max}} covering the samples, and warnings.
+
+    Static dims are fixed; the batch dim runs from 1 to ``max_batch_size`` (or the
+    largest sample batch) with opt at the commonest sample batch; other dynamic
+    dims span what the samples show, opt at the commonest value. A dynamic dim
+    that never varies in the samples gives a warning: an engine built from this
+    profile rejects other sizes."""
+    profile: dict = {}
+    warnings: list[str] = []
+    for spec in signature.inputs:
+        lo, opt, hi = [], [], []
+        for axis, dim in enumerate(spec.shape):
+            seen = [s[spec.name].shape[axis] for s in samples]
+            if dim > 0:
+                lo.append(dim), opt.append(dim), hi.append(dim)
+            elif axis == batch_dim:
+                lo.append(1)
+                opt.append(Counter(seen).most_common(1)[0][0])
+                hi.append(max(max(seen), max_batch_size))
+            else:
+                lo.append(min(seen))
+                opt.append(Counter(seen).most_common(1)[0][0])
+                hi.append(max(seen))
+                if len(set(seen)) == 1:
+                    warnings.append(f"input '{spec.name}' dim {axis} is dynamic in the model but {seen[0]} in every "
+                                    f"sample: an engine built from this profile accepts only {seen[0]}; give "
+                                    f"--min-shapes/--max-shapes or varied samples")
+        profile[spec.name] = {"min": lo, "opt": opt, "max": hi}
+    return profile, warnings
+
+
+def check_profile_covers(profile: dict, signature: ModelSignature, samples: list[dict]) -> None:
+    """Every input named, static dims respected, and every sample inside the profile."""
+    names = set(signature.input_names)
+    missing = names - set(profile)
+    unknown = set(profile) - names
+    if unknown:
+        raise UserInputError(f"shape profile names unknown input {sorted(unknown)[0]!r}; the model's inputs are "
+                             f"{', '.join(repr(n) for n in signature.input_names)}")
+    if missing:
+        raise UserInputError(f"shape profile misses input {sorted(missing)[0]!r}; every dynamic input needs "
+                             "min/opt/max shapes")
+    for spec in signature.inputs:
+        p = profile[spec.name]
+        for key in ("min", "opt", "max"):
+            if len(p[key]) != spec.rank:
+                raise UserInputError(f"shape profile for '{spec.name}': {key} has {len(p[key])} dims, the model "
+                                     f"has {spec.rank}")
+        for axis, dim in enumerate(spec.shape):
+            if dim > 0 and not (p["min"][axis] == p["opt"][axis] == p["max"][axis] == dim):
+                raise UserInputError(f"shape profile for '{spec.name}': dim {axis} is static ({dim}) in the model "
+                                     "but not in the profile")
+    for i, s in enumerate(samples):
+        for spec in signature.inputs:
+            shape = s[spec.name].shape
+            p = profile[spec.name]
+            if any(not (lo <= d <= hi) for lo, d, hi in zip(p["min"], shape, p["max"])):
+                raise UserInputError(f"sample {i}: input '{spec.name}' shape {list(shape)} lies outside the shape "
+                                     f"profile (min {p['min']}, max {p['max']})")

@@ -1,0 +1,64 @@
+"""Default tolerances and comparison modes, from one table keyed by precision.
+
+Polygraphy's rule: an element passes when ``absdiff <= atol OR reldiff <= rtol``.
+Integer outputs are compared exactly at fp32; at reduced precision they use
+``mismatch_fraction`` (TopK indices reorder on near-ties).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# precision -> (atol, rtol, mismatch fraction allowed for integer outputs)
+TABLE: dict[str, tuple[float, float, float]] = {
+    "fp32": (1e-5, 1e-4, 0.0),
+    "tf32": (1e-3, 1e-3, 0.001),
+    "fp16": (1e-2, 1e-2, 0.01),
+    "bf16": (5e-2, 5e-2, 0.02),
+    "int8": (1e-1, 1e-1, 0.05),
+    "fp8": (2e-1, 2e-1, 0.05),
+}
+
+# Runtimes whose fp32 kernels legitimately differ more than a reordered sum:
+# OpenVINO's CPU plugin differs from onnxruntime by ~3e-4 (ENVIRONMENT.md).
+FORMAT_FLOOR: dict[str, tuple[float, float]] = {
+    "openvino": (1e-3, 1e-3),
+}
+
+MODES = ("tolerance", "exact", "mismatch_fraction", "cosine", "skip")
+
+
+@dataclass(frozen=True)
+class OutputRule:
+    mode: str
+    atol: float | None = None
+    rtol: float | None = None
+    threshold: float | None = None     # mismatch_fraction / cosine bound
+
+
+def _lookup(values: dict | None, name: str, default: float) -> float:
+    if not values:
+        return default
+    if name in values:
+        return float(values[name])
+    if "" in values:
+        return float(values[""])
+    return default
+
+
+def rule_for(name: str, dtype: str, *, precision: str = "fp32", fmt: str | None = None,
+             compare: dict | None = None, atol: dict | None = None, rtol: dict | None = None) -> OutputRule:
+    """The comparison rule for one output: user settings first, then the table."""
+    d_atol, d_rtol, d_frac = TABLE.get(precision, TABLE["fp32"])
+    if fmt in FORMAT_FLOOR:
+        d_atol, d_rtol = max(d_atol, FORMAT_FLOOR[fmt][0]), max(d_rtol, FORMAT_FLOOR[fmt][1])
+    a, r = _lookup(atol, name, d_atol), _lookup(rtol, name, d_rtol)
+    compare = compare or {}
+    mode, value = compare.get(name) or compare.get("*") or (None, None)
+    if mode is None:
+        is_int = dtype == "bool" or dtype.startswith(("int", "uint"))
+        if is_int:
+            mode, value = ("exact", None) if d_frac == 0.0 else ("mismatch_fraction", d_frac)
+        else:
+            mode = "tolerance"
+    return OutputRule(mode=mode, atol=a, rtol=r, threshold=value)

@@ -1,0 +1,50 @@
+"""An exclusive ``fcntl.flock`` on ``navigator.lock`` while a run is active.
+
+The lock dies with its process (even SIGKILL), so a stale lock file never
+blocks: only a live run does.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from navigator.errors import WorkspaceBusy
+
+
+class WorkspaceLock:
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._fd: int | None = None
+
+    def acquire(self) -> "WorkspaceLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+            finally:
+                os.close(fd)
+            raise WorkspaceBusy(
+                f"workspace {self.path.parent} is in use by another navigator run (pid {holder})",
+                hint="wait for it to finish, or use another --workdir",
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "WorkspaceLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()

@@ -1,0 +1,268 @@
+"""status.yaml: the record of a workspace (schema version 1).
+
+A public interface: users' CI jobs and ``navigator gate`` read it. The
+layout is ARCHITECTURE.md's; ``schema/status.v1.schema.json`` states it as a
+JSON Schema and tests/unit/workspace/test_status.py keeps a golden file.
+
+Loading ignores unknown keys and upgrades older files through ``MIGRATIONS``,
+an ordered map ``from_version -> function(dict) -> dict`` that raises the
+version by one. A file from a newer Navigator is refused with a clear line.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ClassVar
+
+from navigator.errors import UserInputError
+from navigator.types import ModelSignature, Record
+from navigator.workspace.atomic import write_text
+
+SCHEMA_VERSION = 1
+STEP_STATUSES = ("ok", "failed", "skipped")
+RUN_STATES = ("running", "complete", "interrupted")
+
+# from_version -> migration to from_version + 1. Keep them small and ordered.
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {}
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+@dataclass
+class ConvertStep(Record):
+    status: str = "skipped"
+    reason: str | None = None
+    duration_s: float | None = None
+    exporter: str | None = None
+    inputs_sha256: str | None = None
+    log: str | None = None
+
+
+@dataclass
+class OutputCheck(Record):
+    """One output's verdict. ``min_atol``/``min_rtol``: the smallest atol that
+    passes at the given rtol, and the smallest rtol that passes at the given atol."""
+
+    mode: str = "tolerance"
+    passed: bool = False
+    max_abs: float | None = None
+    max_rel: float | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    min_atol: float | None = None
+    min_rtol: float | None = None
+    threshold: float | None = None     # mismatch_fraction / cosine bound
+    measured: float | None = None      # mismatch fraction / cosine similarity found
+    reason: str | None = None
+
+
+@dataclass
+class VerifyStep(Record):
+    status: str = "skipped"
+    reason: str | None = None
+    duration_s: float | None = None
+    batch_sizes: list[int] = field(default_factory=list)
+    outputs: dict[str, OutputCheck] = field(default_factory=dict)
+    log: str | None = None
+
+    _nested: ClassVar = {"outputs": (OutputCheck, "dict")}
+
+
+@dataclass
+class ProfileResult(Record):
+    batch_size: int
+    throughput: float
+    latency_ms: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class ProfileStep(Record):
+    status: str = "skipped"
+    reason: str | None = None
+    duration_s: float | None = None
+    stable: bool | None = None
+    results: list[ProfileResult] = field(default_factory=list)
+    log: str | None = None
+
+    _nested: ClassVar = {"results": (ProfileResult, "list")}
+
+    def peak(self) -> ProfileResult | None:
+        return max(self.results, key=lambda r: r.throughput, default=None)
+
+
+@dataclass
+class RunnerStatus(Record):
+    runner: str
+    device: str
+    provider: str | None = None
+    verify: VerifyStep = field(default_factory=VerifyStep)
+    profile: ProfileStep = field(default_factory=ProfileStep)
+
+    _nested: ClassVar = {"verify": (VerifyStep, "one"), "profile": (ProfileStep, "one")}
+
+
+@dataclass
+class FormatStatus(Record):
+    format: str
+    precision: str = "fp32"
+    path: str | None = None
+    parent: str | None = None
+    isolated: bool = True
+    io_names: dict[str, str] = field(default_factory=dict)
+    convert: ConvertStep = field(default_factory=ConvertStep)
+    runners: dict[str, RunnerStatus] = field(default_factory=dict)
+
+    _nested: ClassVar = {"convert": (ConvertStep, "one"), "runners": (RunnerStatus, "dict")}
+
+    @property
+    def verified(self) -> bool:
+        """Converted, and at least one runner verified it with none failing."""
+        if self.convert.status != "ok":
+            return False
+        statuses = [r.verify.status for r in self.runners.values()]
+        return "ok" in statuses and "failed" not in statuses
+
+
+@dataclass
+class ModelInfo(Record):
+    name: str
+    source_format: str
+    path: str | None = None
+    sha256: str | None = None
+
+
+@dataclass
+class SamplesInfo(Record):
+    count: int = 0
+    source: str = "generated"          # generated | iterable | folder
+    value_ranges: dict[str, list[float]] = field(default_factory=dict)
+    shapes: list[dict[str, list[int]]] = field(default_factory=list)
+    sha256: str | None = None
+
+
+@dataclass
+class Best(Record):
+    key: str
+    runner: str
+    batch_size: int | None = None
+    throughput: float | None = None
+    basis: str = "profile"             # profile | preference
+
+
+@dataclass
+class Status(Record):
+    model: ModelInfo
+    schema_version: int = SCHEMA_VERSION
+    navigator_version: str = ""
+    created: str = ""
+    updated: str = ""
+    state: str = "running"
+    environment: dict[str, Any] = field(default_factory=dict)
+    signature: ModelSignature = field(default_factory=ModelSignature)
+    batch_dim: int | None = None
+    shape_profiles: list[dict[str, dict[str, list[int]]]] = field(default_factory=list)
+    samples: SamplesInfo = field(default_factory=SamplesInfo)
+    config: dict[str, Any] = field(default_factory=dict)
+    formats: dict[str, FormatStatus] = field(default_factory=dict)
+    best: Best | None = None
+
+    _nested: ClassVar = {
+        "model": (ModelInfo, "one"),
+        "signature": (ModelSignature, "one"),
+        "samples": (SamplesInfo, "one"),
+        "formats": (FormatStatus, "dict"),
+        "best": (Best, "one"),
+    }
+
+    # Order of keys in the file, as ARCHITECTURE.md shows it.
+    _ORDER: ClassVar = ("schema_version", "navigator_version", "created", "updated", "state", "environment",
+                        "model", "signature", "batch_dim", "shape_profiles", "samples", "config", "formats",
+                        "best")
+
+    def to_dict(self) -> dict:
+        data = super().to_dict()
+        return {k: data[k] for k in self._ORDER}
+
+
+def migrate(data: dict, *, source: str = "status.yaml") -> dict:
+    """Upgrade a loaded status mapping to SCHEMA_VERSION through MIGRATIONS."""
+    version = data.get("schema_version")
+    if not isinstance(version, int) or version < 0:
+        raise UserInputError(f"{source}: schema_version is missing or not an integer")
+    if version > SCHEMA_VERSION:
+        from navigator._version import __version__
+
+        raise UserInputError(
+            f"{source}: schema_version {version} was written by a newer Navigator "
+            f"(this is {__version__}, which reads up to {SCHEMA_VERSION})",
+            hint="upgrade navigator",
+        )
+    while version < SCHEMA_VERSION:
+        step = MIGRATIONS.get(version)
+        if step is None:
+            raise UserInputError(f"{source}: no migration from schema_version {version}")
+        data = step(dict(data))
+        if data.get("schema_version") != version + 1:
+            raise RuntimeError(f"migration from schema_version {version} did not raise it by one")
+        version += 1
+    return data
+
+
+def _dumper():
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        """Short lists of scalars (shapes, ranges) in flow style: ``shape: [-1, 8]``."""
+
+    def represent_list(dumper, data):
+        flow = len(data) <= 16 and all(isinstance(x, (int, float, str, bool)) or x is None for x in data)
+        return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+    Dumper.add_representer(list, represent_list)
+    return Dumper
+
+
+def dumps(status: Status) -> str:
+    import yaml
+
+    return yaml.dump(status.to_dict(), Dumper=_dumper(), sort_keys=False, allow_unicode=True, width=120)
+
+
+def save(status: Status, path: str | os.PathLike) -> None:
+    """Write status.yaml atomically (temp file + rename)."""
+    status.updated = now()
+    if not status.created:
+        status.created = status.updated
+    write_text(path, dumps(status))
+
+
+def loads(text: str, *, source: str = "status.yaml") -> Status:
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise UserInputError(f"{source}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise UserInputError(f"{source}: expected a mapping at the top level")
+    data = migrate(data, source=source)
+    try:
+        return Status.from_dict(data)
+    except (TypeError, ValueError, AttributeError) as e:
+        raise UserInputError(f"{source}: malformed status ({e})") from None
+
+
+def load(path: str | os.PathLike) -> Status:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserInputError(f"{path}: no status.yaml here; is this a Navigator workspace?") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserInputError(f"{path}: cannot read ({e})") from None
+    return loads(text, source=str(path))
