@@ -60,7 +60,6 @@ class NavigatorConfig:
         "workdir": "navigator_workdir",
         "target_precisions": ("fp32",),
         "device": "auto",
-        "sample_count": 2,
         "max_batch_size": 64,
         "error_stat": "elemwise",
         "timeout": 600.0,

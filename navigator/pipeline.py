@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from navigator import deps, formats, runners
 from navigator.config import NavigatorConfig
-from navigator.errors import Interrupted, UserInputError
+from navigator.errors import Interrupted, NavigatorError, UserInputError
 from navigator.workspace import npz
 from navigator.workspace import status as status_mod
 from navigator.workspace.layout import Workspace
@@ -90,13 +90,15 @@ def prepare(model: Any, samples: Any, config: NavigatorConfig, reporter) -> tupl
     if samples is not None and config.samples:
         raise UserInputError("samples given twice: as an argument and as --samples")
     if samples is not None:
-        batches = samples_mod.from_iterable(samples, sig, count=config.sample_count, batch_dim=batch_dim)
+        batches = samples_mod.from_iterable(samples, sig, count=config.sample_count or samples_mod.DEFAULT_TAKEN,
+                                             batch_dim=batch_dim)
         info.source = "iterable"
     elif config.samples:
-        batches = samples_mod.from_folder(config.samples, sig, count=None, batch_dim=batch_dim)
+        batches = samples_mod.from_folder(config.samples, sig, count=config.sample_count, batch_dim=batch_dim)
         info.source = "folder"
     else:
-        batches = samples_mod.generate(sig, shapes=list(config.shapes or []) or None, count=config.sample_count,
+        batches = samples_mod.generate(sig, shapes=list(config.shapes or []) or None,
+                                       count=config.sample_count or samples_mod.DEFAULT_GENERATED,
                                        value_ranges=config.value_ranges, dtypes=config.dtypes,
                                        bounds=source.index_bounds, batch_dim=batch_dim, seed=config.seed)
         info.source = "generated"
@@ -595,6 +597,12 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
                 ctx.status.state = "interrupted"
                 ctx.save()
             raise Interrupted("interrupted; the workspace records state: interrupted") from None
+        except NavigatorError:
+            raise
+        except Exception as e:
+            log.exception("internal error")
+            e.navigator_log = str(ws.log_path)   # the CLI names it in its one line
+            raise
         finally:
             logging.getLogger("navigator").removeHandler(handler)
             handler.close()

@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 DEFAULT_BATCH = 8
 DEFAULT_DYNAMIC = 16
 DEFAULT_INT_HIGH = 16
+DEFAULT_GENERATED = 2     # batches generated when none are given
+DEFAULT_TAKEN = 10        # batches taken from an iterable or DataLoader unless --sample-count
 
 
 def _to_numpy(value: Any, where: str):

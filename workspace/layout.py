@@ -13,6 +13,7 @@ from navigator.errors import UserInputError
 SUFFIX = ".nav.workspace"
 DEFAULT_WORKDIR = "navigator_workdir"
 _NAME_OK = re.compile(r"[^A-Za-z0-9._-]+")
+MAX_NAME_LENGTH = 100
 
 
 def sanitize_model_name(name: str) -> str:
@@ -23,8 +24,8 @@ def sanitize_model_name(name: str) -> str:
     nothing is ever written outside the workdir.
     """
     text = unicodedata.normalize("NFKD", str(name)).encode("ascii", "ignore").decode()
-    text = _NAME_OK.sub("_", text).strip("._-")
-    text = re.sub(r"_+", "_", text)[:100]
+    text = re.sub(r"_+", "_", _NAME_OK.sub("_", text)).strip("._-")
+    text = text[:MAX_NAME_LENGTH].rstrip("._-")  # strip again: the cut may end on a separator
     if not text:
         raise UserInputError(f"model name {name!r} has no usable characters",
                              hint="pass --model-name with letters or digits")
@@ -37,11 +38,15 @@ class Workspace:
 
     root: Path
 
+    def __post_init__(self) -> None:
+        # Always absolute and resolved: ``abs`` and ``rel`` compare against it.
+        object.__setattr__(self, "root", Path(self.root).resolve())
+
     @classmethod
     def for_model(cls, workdir: str | os.PathLike, model_name: str) -> "Workspace":
         workdir = Path(workdir).resolve()
         root = (workdir / f"{sanitize_model_name(model_name)}{SUFFIX}").resolve()
-        if root.parent != workdir:  # pragma: no cover - sanitize_model_name makes this impossible
+        if root.parent != workdir:  # only through a symlink named like the workspace
             raise UserInputError(f"model name {model_name!r} would write outside {workdir}")
         return cls(root)
 

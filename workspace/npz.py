@@ -10,19 +10,31 @@ from pathlib import Path
 from navigator.errors import UserInputError
 from navigator.workspace.atomic import write_bytes
 
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip with members, an empty zip
+
 
 def save(path: str | os.PathLike, tensors: dict) -> None:
-    """Write ``tensors`` atomically (uncompressed: loading must be fast)."""
+    """Write ``tensors`` atomically (uncompressed: loading must be fast).
+
+    The members are written directly rather than through ``np.savez(**tensors)``,
+    whose own keywords (``file``, ``allow_pickle``) would swallow tensors of
+    those names.
+    """
     import numpy as np
 
-    buf = io.BytesIO()
     arrays = {}
     for name, value in tensors.items():
+        if not isinstance(name, str):
+            raise UserInputError(f"tensor name {name!r} is not a string")
         arr = np.asarray(value)
-        if arr.dtype == object:
+        if arr.dtype.hasobject:
             raise UserInputError(f"tensor '{name}' has dtype object; only numeric and bool tensors can be stored")
         arrays[name] = arr
-    np.savez(buf, **arrays)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, arr in arrays.items():
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, arr, allow_pickle=False)
     write_bytes(path, buf.getvalue())
 
 
@@ -32,10 +44,18 @@ def load(path: str | os.PathLike) -> dict:
 
     path = Path(path)
     try:
-        with np.load(path, allow_pickle=False) as data:
-            return {name: data[name] for name in data.files}
+        with open(path, "rb") as f:
+            magic = f.read(4)
     except FileNotFoundError:
         raise UserInputError(f"{path}: no such file") from None
+    except OSError as e:
+        raise UserInputError(f"{path}: cannot read ({e.strerror or e})") from None
+    if magic not in _ZIP_MAGIC:
+        # np.load would take it for a pickle and say so; it is just not an npz.
+        raise UserInputError(f"{path}: not an npz file (not a zip archive)")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {name: data[name] for name in data.files}
     except ValueError as e:
         if "pickle" in str(e).lower():
             raise UserInputError(f"{path}: the npz holds pickled objects, which are refused for safety; "

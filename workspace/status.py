@@ -11,6 +11,7 @@ version by one. A file from a newer Navigator is refused with a clear line.
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import os
 from dataclasses import dataclass, field
@@ -192,7 +193,7 @@ class Status(Record):
 def migrate(data: dict, *, source: str = "status.yaml") -> dict:
     """Upgrade a loaded status mapping to SCHEMA_VERSION through MIGRATIONS."""
     version = data.get("schema_version")
-    if not isinstance(version, int) or version < 0:
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:  # (True is an int)
         raise UserInputError(f"{source}: schema_version is missing or not an integer")
     if version > SCHEMA_VERSION:
         from navigator._version import __version__
@@ -206,8 +207,8 @@ def migrate(data: dict, *, source: str = "status.yaml") -> dict:
         step = MIGRATIONS.get(version)
         if step is None:
             raise UserInputError(f"{source}: no migration from schema_version {version}")
-        data = step(dict(data))
-        if data.get("schema_version") != version + 1:
+        data = step(copy.deepcopy(data))  # the caller's mapping stays as it was
+        if not isinstance(data, dict) or data.get("schema_version") != version + 1:
             raise RuntimeError(f"migration from schema_version {version} did not raise it by one")
         version += 1
     return data

@@ -22,8 +22,6 @@ SUBCOMMANDS = {
     "status": "Print a workspace's status.yaml as a summary.",
 }
 
-# where an internal error's traceback goes (the running workspace's log when known)
-CRASH_LOG: dict[str, str] = {}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,23 +46,18 @@ def _add_arguments(name: str, parser: argparse.ArgumentParser) -> None:
 
 
 def _setup_logging(verbose: bool) -> None:
+    """Records go to the workspace's navigator.log; the console gets them only with
+    --verbose (otherwise the reporter's step lines and one error line say it all)."""
     logger = logging.getLogger("navigator")
     logger.setLevel(logging.DEBUG if verbose else logging.INFO)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setLevel(logging.DEBUG if verbose else logging.ERROR)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    logger.addHandler(handler)
+    if verbose:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
 
 
 def _write_crash_log(text: str) -> str:
-    path = CRASH_LOG.get("path")
-    if path and os.path.isdir(os.path.dirname(path)):
-        try:
-            with open(path, "a", encoding="utf-8") as f:
-                f.write(text)
-            return path
-        except OSError:
-            pass
+    """Where the traceback goes when no workspace log took it."""
     fd, path = tempfile.mkstemp(prefix="navigator-crash-", suffix=".log")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
@@ -95,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as e:
         text = traceback.format_exc()
-        path = _write_crash_log(f"internal error in navigator {__version__}:\n{text}")
+        path = getattr(e, "navigator_log", None) or _write_crash_log(f"internal error in navigator {__version__}:\n{text}")
         print(f"internal error: {type(e).__name__}: {' '.join(str(e).split())[:300]} "
               f"(traceback in {path}; --verbose shows it)", file=sys.stderr)
         if verbose:

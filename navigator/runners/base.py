@@ -68,7 +68,7 @@ class Runner:
             self.is_active = False
 
     def __enter__(self) -> "Runner":
-        return self.activate()
+        return self if self.is_active else self.activate()
 
     def __exit__(self, *exc) -> None:
         self.deactivate()

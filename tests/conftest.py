@@ -1,0 +1,37 @@
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("navigator_test_models", Path(__file__).parent / "models.py")
+models = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(models)
+
+FAST = ["--profile-budget-s", "1", "--max-batch-size", "4", "--timeout", "120"]
+
+
+@pytest.fixture
+def onnx_model(tmp_path):
+    """Write one of tests/models.py's models into tmp_path and return its path."""
+
+    def make(name: str = "token_classifier", **kwargs) -> Path:
+        return models.save(models.ALL[name](**kwargs), tmp_path / "models" / f"{name}.onnx")
+
+    return make
+
+
+@pytest.fixture
+def cli(tmp_path):
+    """Run the real `navigator` CLI in a subprocess; returns CompletedProcess."""
+
+    def run(*args, env=None, cwd=None, timeout=300):
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        return subprocess.run([sys.executable, "-m", "navigator", *map(str, args)], capture_output=True, text=True,
+                              env=full_env, cwd=cwd or tmp_path, timeout=timeout)
+
+    return run

@@ -1,0 +1,88 @@
+"""Converter plugins used by test_plugins.py: each misbehaves in one real way.
+
+They are real converters run in real worker processes; only their
+misbehaviour is planted."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+
+from navigator.converters.base import Converter
+
+
+class _Onnx(Converter):
+    source = "onnx"
+    requires = ("onnx",)
+
+
+class Segfault(_Onnx):
+    """Dies with SIGSEGV, as a native crash in a converter would."""
+
+    name = "test_segfault"
+    target = "onnx-crash"
+
+    def convert(self, ctx):
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+
+class Hang(_Onnx):
+    """Loops forever: the per-stage timeout must kill it."""
+
+    name = "test_hang"
+    target = "onnx-hang"
+
+    def convert(self, ctx):
+        while True:
+            time.sleep(0.05)
+
+
+class Raises(_Onnx):
+    """Raises a Python exception."""
+
+    name = "test_raise"
+    target = "onnx-raise"
+
+    def convert(self, ctx):
+        raise RuntimeError("planted converter failure")
+
+
+class WrongNumbers(_Onnx):
+    """Writes a model whose first float weight is perturbed by 1%: verification must catch it."""
+
+    name = "test_wrong"
+    target = "onnx-wrong"
+
+    def convert(self, ctx):
+        import numpy as np
+        import onnx
+        from onnx import numpy_helper
+
+        model = onnx.load(str(ctx.source))
+        for i, init in enumerate(model.graph.initializer):
+            arr = numpy_helper.to_array(init)
+            if arr.dtype == np.float32 and arr.size > 1:
+                model.graph.initializer[i].CopyFrom(numpy_helper.from_array(arr * 1.01, init.name))
+                break
+        onnx.save(model, str(ctx.output))
+
+
+class Copy(_Onnx):
+    """A well-behaved plugin edge (copies the model)."""
+
+    name = "test_copy"
+    target = "onnx-copy"
+
+    def convert(self, ctx):
+        shutil.copyfile(ctx.source, ctx.output)
+
+
+class BrokenAtImport:  # referenced by an entry point that fails to load
+    pass
+
+
+raise_on_import = os.environ.get("NAV_TEST_PLUGIN_IMPORT_ERROR") == "1"
+if raise_on_import:
+    raise ImportError("planted plugin import error")

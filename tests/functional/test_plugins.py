@@ -1,0 +1,105 @@
+"""Plugin converters that segfault, hang, raise or compute the wrong numbers:
+each ends `failed` with its reason while the other formats finish."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+import navigator
+from navigator.converters.registry import registry
+
+from . import plugin_converters as plugins
+
+pytestmark = pytest.mark.functional
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def registered():
+    classes = [plugins.Segfault, plugins.Hang, plugins.Raises, plugins.WrongNumbers, plugins.Copy]
+    for cls in classes:
+        registry.register(cls)
+    yield
+    for cls in classes:
+        registry.unregister(cls.name)
+
+
+def test_faulty_converters_fail_alone(registered, tmp_path, onnx_model):
+    start = time.monotonic()
+    result = navigator.convert(onnx_model("foldable_mlp"), workdir=tmp_path / "wd", timeout=4, no_profile=True,
+                               targets=["onnx", "onnx-crash", "onnx-hang", "onnx-raise", "onnx-wrong",
+                                        "onnx-optimized", "onnx-copy"])
+    elapsed = time.monotonic() - start
+    formats = result.status.formats
+    assert result.exit_code == 1 and not result.ok
+    crash = formats["onnx-crash"].convert
+    assert crash.status == "failed" and "SIGSEGV" in crash.reason, crash
+    hang = formats["onnx-hang"].convert
+    assert hang.status == "failed" and "timed out after 4 s in convert" in hang.reason, hang
+    raised = formats["onnx-raise"].convert
+    assert raised.status == "failed" and "RuntimeError: planted converter failure" in raised.reason
+    wrong = formats["onnx-wrong"]
+    assert wrong.convert.status == "ok"
+    assert wrong.runners["onnxruntime-cpu"].verify.status == "failed"
+    assert "exceed atol" in wrong.runners["onnxruntime-cpu"].verify.reason
+    for key in ("onnx", "onnx-optimized", "onnx-copy"):
+        assert formats[key].verified, (key, formats[key])
+    assert result.best is not None and result.best.key in ("onnx", "onnx-optimized", "onnx-copy")
+    assert len(result.failures) == 4
+    assert elapsed < 90
+    # status.yaml on disk says the same
+    st = yaml.safe_load((result.workspace / "status.yaml").read_text())
+    assert st["state"] == "complete"
+    assert st["formats"]["onnx-crash"]["convert"]["status"] == "failed"
+    # the crash's log tail is kept
+    assert (result.workspace / "formats" / "onnx-crash" / "worker.log").is_file()
+
+
+def _entry_point_dist(tmp_path, body: str) -> Path:
+    site = tmp_path / "site"
+    dist = site / "navplugins-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: navplugins\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(textwrap.dedent(body))
+    (site / "navplugins_mod.py").write_text((HERE / "plugin_converters.py").read_text())
+    return site
+
+
+def test_entry_point_plugins_through_the_cli(cli, tmp_path, onnx_model):
+    """Plugins found through the `navigator.converters` entry-point group, in a
+    fresh CLI process; one that fails to import is reported, the rest work."""
+    site = _entry_point_dist(tmp_path, """
+        [navigator.converters]
+        copy = navplugins_mod:Copy
+        wrong = navplugins_mod:WrongNumbers
+        broken = navplugins_missing_mod:Nothing
+    """)
+    r = cli("convert", onnx_model("foldable_mlp"), "--workdir", tmp_path / "wd", "--no-profile",
+            "--targets", "onnx,onnx-copy,onnx-wrong", env={"PYTHONPATH": str(site)})
+    assert r.returncode == 1, r.stdout + r.stderr
+    st = yaml.safe_load((tmp_path / "wd" / "foldable_mlp.nav.workspace" / "status.yaml").read_text())
+    assert st["formats"]["onnx-copy"]["runners"]["onnxruntime-cpu"]["verify"]["status"] == "ok"
+    assert st["formats"]["onnx-wrong"]["runners"]["onnxruntime-cpu"]["verify"]["status"] == "failed"
+    log = (tmp_path / "wd" / "foldable_mlp.nav.workspace" / "navigator.log").read_text()
+    assert "converter plugin broken is unavailable: ModuleNotFoundError" in log
+    r = cli("convert", onnx_model("foldable_mlp"), "--workdir", tmp_path / "wd", "--no-profile",
+            "--targets", "onnx,onnx-copy,onnx-wrong", "--allow-failures", env={"PYTHONPATH": str(site)})
+    assert r.returncode == 0
+
+
+def test_help_does_not_load_plugins(cli, tmp_path):
+    site = _entry_point_dist(tmp_path, """
+        [navigator.converters]
+        boom = navplugins_boom:X
+    """)
+    (site / "navplugins_boom.py").write_text("raise SystemExit('plugin imported during --help')\n")
+    r = cli("--help", env={"PYTHONPATH": str(site)})
+    assert r.returncode == 0 and "convert" in r.stdout
+    r = cli("convert", "--help", env={"PYTHONPATH": str(site)})
+    assert r.returncode == 0 and "--max-shapes" in r.stdout

@@ -1,0 +1,78 @@
+"""Tiny ONNX models built in code for the tests, each with what it checks.
+
+Run ``python tests/models.py DIR`` to write them all to DIR for a look.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 18
+
+
+def _model(nodes, inputs, outputs, initializers=(), name="m") -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, name, inputs, outputs, initializer=list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="navigator-tests")
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    return model
+
+
+def token_classifier(vocab: int = 1000, dim: int = 16, classes: int = 4, seed: int = 0) -> onnx.ModelProto:
+    """int64 ids [batch, seq] into an embedding (Gather): sampled ids must stay < vocab;
+    two dynamic dims; two outputs (logits, probs)."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array(rng.standard_normal((vocab, dim)).astype(np.float32), "emb"),
+             numpy_helper.from_array(rng.standard_normal((dim, classes)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([1], np.int64), "axes")]
+    nodes = [helper.make_node("Gather", ["emb", "ids"], ["tok"]),
+             helper.make_node("ReduceMean", ["tok", "axes"], ["pooled"], keepdims=0),
+             helper.make_node("MatMul", ["pooled", "w"], ["logits"]),
+             helper.make_node("Softmax", ["logits"], ["probs"], axis=-1)]
+    return _model(nodes, [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])],
+                  [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", classes]),
+                   helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", classes])], inits)
+
+
+def topk_model(features: int = 16, k: int = 3, seed: int = 1) -> onnx.ModelProto:
+    """float x [batch, 16] -> MatMul -> TopK: an int64 indices output that needs
+    the `exact` mode at fp32 (and mismatch_fraction under reduced precision)."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array(rng.standard_normal((features, 10)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([k], np.int64), "k")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["scores"]),
+             helper.make_node("TopK", ["scores", "k"], ["values", "indices"], axis=-1)]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", features])],
+                  [helper.make_tensor_value_info("values", TensorProto.FLOAT, ["batch", k]),
+                   helper.make_tensor_value_info("indices", TensorProto.INT64, ["batch", k])], inits)
+
+
+def foldable_mlp(features: int = 8, seed: int = 2) -> onnx.ModelProto:
+    """A constant subgraph (w1 * 2 computed at run time) that onnx-optimized folds away."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array(rng.standard_normal((features, features)).astype(np.float32), "w1"),
+             numpy_helper.from_array(np.array(2.0, np.float32), "two")]
+    nodes = [helper.make_node("Mul", ["w1", "two"], ["w1x2"]),
+             helper.make_node("MatMul", ["x", "w1x2"], ["h"]),
+             helper.make_node("Relu", ["h"], ["y"])]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", features])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", features])], inits)
+
+
+def save(model: onnx.ModelProto, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+ALL = {"token_classifier": token_classifier, "topk_model": topk_model, "foldable_mlp": foldable_mlp}
+
+if __name__ == "__main__":
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
+    for name, make in ALL.items():
+        print(save(make(), out / f"{name}.onnx"))
