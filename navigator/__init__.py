@@ -10,9 +10,13 @@ first use.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from navigator._version import __version__
+
+# A library installs no handlers: the CLI and the API entry decide where records go.
+logging.getLogger("navigator").addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:  # pragma: no cover
     from navigator.api import Result, convert

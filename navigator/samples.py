@@ -8,6 +8,7 @@ A sample is ``{input name: ndarray}`` holding one batch.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 from collections import Counter
@@ -129,9 +130,8 @@ def from_iterable(batches: Iterable, signature: ModelSignature, *, count: int, b
     except TypeError:
         raise UserInputError(f"samples: expected an iterable of batches, got {type(batches).__name__}") from None
     out = []
-    for i, batch in enumerate(iterator):
-        if i >= count:
-            break
+    # islice stops before pulling batch count+1: a DataLoader may be slow or endless
+    for i, batch in enumerate(itertools.islice(iterator, max(0, count))):
         sample = normalize_batch(batch, signature, f"sample {i}")
         out.append(check_sample(sample, signature, f"sample {i}", batch_dim))
     if not out:
@@ -212,18 +212,25 @@ def generate(signature: ModelSignature, *, shapes: list[dict] | None, count: int
         shape_map = sample_shapes(signature, shape_sets[i % len(shape_sets)], batch_dim)
         sample = {}
         for spec in signature.inputs:
-            dtype = np.dtype(dtypes.get(spec.name, spec.dtype if spec.dtype != "bfloat16" else "float32"))
+            name = dtypes.get(spec.name, spec.dtype)
+            # numpy has no bfloat16 of its own (ml_dtypes may register one): float32 stands in
+            dtype = np.dtype("float32" if name == "bfloat16" else name)
             lo, hi = value_range(spec, value_ranges, bounds)
             shape = shape_map[spec.name]
             if dtype.kind == "b":
                 arr = rng.integers(0, 2, size=shape).astype(bool)
             elif dtype.kind in "iu":
-                ilo, ihi = int(np.ceil(lo)), int(np.ceil(hi))
-                if ihi <= ilo:
-                    ihi = ilo + 1
+                info = np.iinfo(dtype)
+                # clamp to the dtype so that astype cannot wrap (int8 and a 1000-row table)
+                ilo = min(max(int(np.ceil(lo)), int(info.min)), int(info.max))
+                ihi = min(max(int(np.ceil(hi)), ilo + 1), int(info.max) + 1)
                 arr = rng.integers(ilo, ihi, size=shape).astype(dtype)
             else:
                 arr = (lo + (hi - lo) * rng.random(size=shape)).astype(dtype)
+                # rounding to float16/float32 may reach hi: keep the range half-open [lo, hi)
+                top = np.nextafter(np.asarray(hi, dtype=dtype), np.asarray(lo, dtype=dtype))
+                if np.isfinite(top) and top >= lo:
+                    arr = np.minimum(arr, top)
             sample[spec.name] = arr
         out.append(sample)
     return out
