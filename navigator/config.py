@@ -161,6 +161,15 @@ def _profiles(values: dict) -> tuple[tuple[dict, ...] | None, tuple[dict, ...] |
     return tuple(profiles), tuple(shapes)
 
 
+def _tolerance_text(key: str, name: str, value: Any) -> str:
+    """One tolerance of a mapping as spec text; YAML 1.1 reads ``1e-3`` (no dot) as a string."""
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return repr(float(value))
+    raise UserInputError(f"{key}: tolerance of {name or 'the default'!r} must be a number, got {value!r}")
+
+
 def _check_type(key: str, value: Any, kind: type | tuple) -> Any:
     if isinstance(value, bool) and kind in (int, float, (int, float)):
         raise UserInputError(f"{key}: expected a number, got a boolean")
@@ -243,7 +252,8 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
                 value = specs.parse_tolerance(value, option=f"--{key}")
             elif isinstance(value, dict):
                 value = specs.parse_tolerance(
-                    ",".join(f"{specs.format_name(str(k))}:{v!r}" if k else repr(v) for k, v in value.items()),
+                    ",".join(f"{specs.format_name(str(k))}:{_tolerance_text(key, k, v)}" if k
+                             else _tolerance_text(key, k, v) for k, v in value.items()),
                     option=f"--{key}")
             else:
                 raise UserInputError(f"{key}: expected a number, 'name:value' or a mapping")
@@ -266,6 +276,11 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
             merged.update(value)
             changes[key] = merged
         elif key == "verify_batch_sizes":
+            if isinstance(value, int) and not isinstance(value, bool):
+                value = [value]
+            if not isinstance(value, (str, list, tuple)):
+                raise UserInputError(f"verify_batch_sizes: expected '1,8' or a list of integers, got "
+                                     f"{type(value).__name__}")
             changes[key] = specs.parse_batch_sizes(value if isinstance(value, str) else ",".join(map(str, value)),
                                                    option="--verify-batch-sizes")
         elif key in ("sample_count", "max_batch_size", "batch_dim", "seed"):
@@ -284,9 +299,10 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
             changes[key] = os.fspath(_check_type(key, value, (str, os.PathLike)))
         else:  # model_name, model_format, reference
             changes[key] = _check_type(key, value, str)
-    if changes.get("no_batching") and (changes.get("batch_dim") is not None or base.batch_dim is not None):
+    result = dataclasses.replace(base, **changes)
+    if result.no_batching and result.batch_dim is not None:
         raise UserInputError("--batch-dim and --no-batching exclude each other")
-    return dataclasses.replace(base, **changes)
+    return result
 
 
 def load_yaml(path: str | os.PathLike) -> dict:

@@ -91,6 +91,9 @@ class Reporter:
             self._print(f"best: {b.key} on {b.runner}{extra} (basis: {b.basis})")
         else:
             self._print("best: none (no format was verified)")
+        for key, fs in status.formats.items():
+            if fs.convert.status == "skipped":
+                self.warn(f"{key} skipped: {fs.convert.reason}")
         for f in failures:
             self._print(f"failed: {f}", "red")
         if timings and "total_s" in timings:

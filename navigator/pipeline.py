@@ -55,8 +55,12 @@ class RunContext:
 
 # --------------------------------------------------------------------------- prepare
 def resolve_device(device: str) -> str:
+    """``auto`` is cuda when the driver reports a GPU (read from /proc, CUDA untouched)."""
     if device == "auto":
         return "cuda" if deps.gpu_present() else "cpu"
+    if device == "cuda" and not deps.gpu_present():
+        raise UserInputError("--device cuda: no NVIDIA GPU is visible on this machine (none in "
+                             "/proc/driver/nvidia/gpus, or CUDA_VISIBLE_DEVICES hides them)", hint="use --device cpu")
     return device
 
 

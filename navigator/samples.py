@@ -228,9 +228,10 @@ def generate(signature: ModelSignature, *, shapes: list[dict] | None, count: int
             else:
                 arr = (lo + (hi - lo) * rng.random(size=shape)).astype(dtype)
                 # rounding to float16/float32 may reach hi: keep the range half-open [lo, hi)
-                top = np.nextafter(np.asarray(hi, dtype=dtype), np.asarray(lo, dtype=dtype))
-                if np.isfinite(top) and top >= lo:
-                    arr = np.minimum(arr, top)
+                if dtype.kind == "f":
+                    top = np.nextafter(np.asarray(hi, dtype=dtype), np.asarray(lo, dtype=dtype))
+                    if np.isfinite(top) and top >= lo:
+                        arr = np.minimum(arr, top)
             sample[spec.name] = arr
         out.append(sample)
     return out

@@ -107,3 +107,12 @@ def test_internal_error_exit_3_with_traceback_in_log(cli, tmp_path, onnx_model, 
     r = cli("--verbose", "convert", onnx_model(), "--workdir", tmp_path / "wd", "--no-profile",
             env={"PYTHONPATH": str(hook)})
     assert r.returncode == 3 and "Traceback" in r.stderr
+
+
+def test_cuda_without_a_gpu(cli, tmp_path, onnx_model):
+    from navigator import deps
+
+    if deps.gpu_present():
+        pytest.skip("this machine has a GPU: --device cuda is valid here")
+    _one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--device", "cuda"),
+                    "--device cuda", "no NVIDIA GPU")
