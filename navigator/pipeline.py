@@ -418,7 +418,9 @@ def run_formats(ctx: RunContext, planned) -> None:
                           isolated=ctx.source.isolated if item.converter is None else True)
         fs.io_names = {t.name: t.name for t in st.signature.inputs + st.signature.outputs}
         for spec in runners.specs_for(k.format, ctx.device):
-            fs.runners[spec.key] = RunnerStatus(runner=spec.runner, device=spec.device, provider=spec.provider)
+            fs.runners[spec.key] = RunnerStatus(runner=spec.runner, device=spec.device, provider=spec.provider,
+                                                verify=VerifyStep(reason="pending"),
+                                                profile=ProfileStep(reason="pending"))
         st.formats[item.key] = fs
     ctx.save()
     for item in planned:
@@ -460,9 +462,7 @@ def run_formats(ctx: RunContext, planned) -> None:
                              "runner": {k: v for k, v in ctx.source.reference_runner.items() if k != "options"},
                              "options": ctx.source.reference_runner.get("options", {})})
         run_job(ctx, item.key, tasks, fdir / "worker.log", _sys_path_for(item.converter) if item.converter else [])
-        for spec in fs.runners.values():   # a format without a reference cannot be verified
-            if spec.verify.status == "skipped" and spec.verify.reason is None:
-                spec.verify.reason = "not run"
+        _explain_skips(fs, ctx.config)
         ctx.save()
         if item.converter is None and not any(ctx.ws.reference_dir.glob("*.npz")):
             raise_reference_failed(ctx)
@@ -492,6 +492,16 @@ def _export_source(ctx: RunContext, item, fs: FormatStatus) -> None:
                                  duration_s=round(time.perf_counter() - start, 4))
     ctx.reporter.step_end(item.key, "export", None, fs.convert.to_dict())
     ctx.save()
+
+
+def _explain_skips(fs: FormatStatus, config: NavigatorConfig) -> None:
+    """Every skipped step says why (status.yaml's rule)."""
+    for rs in fs.runners.values():
+        if rs.verify.status == "skipped" and rs.verify.reason in (None, "", "pending"):
+            rs.verify.reason = "not run"
+        if rs.profile.status == "skipped" and rs.profile.reason in (None, "", "pending"):
+            rs.profile.reason = ("--no-profile" if config.no_profile else
+                                 "verification did not pass" if rs.verify.status != "ok" else "not run")
 
 
 def _skip_runners(fs: FormatStatus, reason: str) -> None:

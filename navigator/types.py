@@ -25,6 +25,13 @@ def _encode(value: Any) -> Any:
     return value
 
 
+def _has_default_factory(cls, name: str) -> bool:
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            return f.default_factory is not dataclasses.MISSING
+    return False
+
+
 class Record:
     """Mixin for dataclasses stored in status.yaml."""
 
@@ -45,6 +52,8 @@ class Record:
         for key, value in data.items():
             if key not in known:
                 continue  # unknown keys are ignored on purpose
+            if value is None and _has_default_factory(cls, key):
+                continue  # `formats: null` reads as an empty mapping, not None
             nested = cls._nested.get(key)
             if nested is not None and value is not None:
                 sub, kind = nested

@@ -17,7 +17,9 @@ from navigator.workspace.status import OutputCheck
 
 log = logging.getLogger(__name__)
 
-ZERO_REPLACEMENT = 2.22e-16   # Polygraphy replaces exact zeros of the reference by this in reldiff
+# Polygraphy adds this (float64 machine epsilon) to exact zeros of the reference
+# before dividing, so reldiff there is absdiff / 2.220446049250313e-16.
+ZERO_REPLACEMENT = 2.220446049250313e-16
 
 
 class ShapeMismatch(Exception):
@@ -26,6 +28,10 @@ class ShapeMismatch(Exception):
 
 class DtypeMismatch(Exception):
     pass
+
+
+def _fmt(value) -> str:
+    return "n/a" if value is None else f"{value:.3g}"
 
 
 class Accumulator:
@@ -51,24 +57,20 @@ class Accumulator:
 
         rule, c = self.rule, self.check
         if rule.mode == "skip":
-            c.passed = True
             return
         out = np.asarray(out)
         ref = np.asarray(ref)
         if out.shape != ref.shape:
             self.fail(f"shape {list(out.shape)} != reference {list(ref.shape)}{where}")
             return
-        out_f = out.astype(np.float64) if out.dtype.kind in "fc" or out.dtype == np.float16 else out
-        ref_f = ref.astype(np.float64) if ref.dtype.kind in "fc" else ref
-        if out.dtype.kind == "f" or ref.dtype.kind == "f":
-            out_nan = np.isnan(out_f) if out.dtype.kind == "f" else np.zeros(out.shape, bool)
-            ref_nan = np.isnan(ref_f) if ref.dtype.kind == "f" else np.zeros(ref.shape, bool)
+        if out.dtype.kind in "fc" or ref.dtype.kind in "fc":
+            out_nan = np.isnan(out) if out.dtype.kind in "fc" else np.zeros(out.shape, bool)
+            ref_nan = np.isnan(ref) if ref.dtype.kind in "fc" else np.zeros(ref.shape, bool)
             if out_nan.any() or ref_nan.any():
                 if allow_nan and np.array_equal(out_nan, ref_nan):
-                    out = np.where(out_nan, 0, out)
-                    ref = np.where(ref_nan, 0, ref)
-                    out_f = np.where(out_nan, 0.0, out_f)
-                    ref_f = np.where(ref_nan, 0.0, ref_f)
+                    # masked before the comparison: NaN passes where the reference has NaN
+                    out = np.where(out_nan, np.zeros((), out.dtype), out)
+                    ref = np.where(ref_nan, np.zeros((), ref.dtype), ref)
                 else:
                     where_nan = "output" if out_nan.any() and not ref_nan.any() else (
                         "reference" if not out_nan.any() else "output and reference")
@@ -79,85 +81,141 @@ class Accumulator:
             if not np.array_equal(out, ref):
                 n = int(np.count_nonzero(out != ref))
                 self.fail(f"{n} of {out.size} elements differ{where}")
-            self._stats(out_f, ref_f)
+            self._stats(out, ref)
             return
         if rule.mode == "mismatch_fraction":
-            mism = out != ref if out.dtype.kind not in "fc" else ~_elementwise_pass(out_f, ref_f, rule)
+            if out.dtype.kind in "fc" or ref.dtype.kind in "fc":
+                absdiff, reldiff = _diffs(out, ref)
+                mism = _elementwise_fail(absdiff, reldiff, rule)
+            else:
+                mism = out != ref
             self._mismatch[0] += int(np.count_nonzero(mism))
             self._mismatch[1] += int(out.size)
-            frac = self._mismatch[0] / max(1, self._mismatch[1])
-            c.measured = frac
-            if frac > (rule.threshold or 0.0):
-                self.fail(f"mismatch fraction {frac:.4g} > {rule.threshold}")
-            self._stats(out_f, ref_f)
+            c.measured = self._mismatch[0] / max(1, self._mismatch[1])
+            self._stats(out, ref)      # the verdict is taken over every comparison, in result()
             return
         if rule.mode == "cosine":
-            a = out_f.astype(np.float64).ravel()
-            b = ref_f.astype(np.float64).ravel()
+            a = np.asarray(out, dtype=np.float64).ravel()
+            b = np.asarray(ref, dtype=np.float64).ravel()
             na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
             cos = 1.0 if na == 0 and nb == 0 else (float(a @ b) / (na * nb) if na and nb else 0.0)
             self._cosine = cos if self._cosine is None else min(self._cosine, cos)
             c.measured = self._cosine
-            if cos < (rule.threshold if rule.threshold is not None else 1.0):
-                self.fail(f"cosine similarity {cos:.6g} < {rule.threshold}{where}")
-            self._stats(out_f, ref_f)
+            bound = rule.threshold if rule.threshold is not None else 1.0
+            if cos < bound:
+                self.fail(f"cosine similarity {cos:.6g} < {bound:g}{where}")
+            self._stats(out, ref)
             return
         # tolerance: Polygraphy's comparator decides, we add the statistics
-        passed = _polygraphy_pass(self.name, out, ref, rule, error_stat)
-        self._stats(out_f, ref_f)
+        passed, stats = _polygraphy_compare(self.name, out, ref, rule, error_stat)
+        max_abs, max_rel = self._stats(out, ref, error_stat, stats)
         if not passed:
-            self.fail(f"max abs {c.max_abs:.3g} / max rel {c.max_rel:.3g} exceed atol {rule.atol:g} / "
+            self.fail(f"max abs {_fmt(max_abs)} / max rel {_fmt(max_rel)} exceed atol {rule.atol:g} / "
                       f"rtol {rule.rtol:g} (Polygraphy rule, {error_stat}){where}")
 
-    def _stats(self, out_f, ref_f) -> None:
+    def _stats(self, out, ref, error_stat: str = "elemwise", stats: dict | None = None):
+        """Fold max_abs, max_rel, min_atol and min_rtol of one comparison into the check;
+        returns this comparison's (max_abs, max_rel)."""
         import numpy as np
 
-        if out_f.size == 0:
-            return
+        if out.size == 0:
+            return 0.0, 0.0
         c, rule = self.check, self.rule
-        absdiff = np.abs(np.asarray(out_f, dtype=np.float64) - np.asarray(ref_f, dtype=np.float64))
-        denom = np.abs(np.asarray(ref_f, dtype=np.float64))
-        denom = np.where(denom == 0, ZERO_REPLACEMENT, denom)
-        reldiff = absdiff / denom
-        with np.errstate(invalid="ignore"):
-            max_abs = float(np.nanmax(absdiff)) if absdiff.size else 0.0
-            max_rel = float(np.nanmax(reldiff)) if reldiff.size else 0.0
+        absdiff, reldiff = _diffs(out, ref)
+        nan_abs, nan_rel = np.isnan(absdiff), np.isnan(reldiff)
+        max_abs = float(np.max(absdiff[~nan_abs])) if not nan_abs.all() else 0.0
+        max_rel = float(np.max(reldiff[~nan_rel])) if not nan_rel.all() else 0.0
         c.max_abs = max(c.max_abs or 0.0, max_abs)
         c.max_rel = max(c.max_rel or 0.0, max_rel)
         if rule.atol is not None and rule.rtol is not None:
-            # smallest atol passing at the given rtol: the largest absdiff among elements failing rtol
-            fail_rel = reldiff > rule.rtol
-            min_atol = float(absdiff[fail_rel].max()) if fail_rel.any() else 0.0
-            fail_abs = absdiff > rule.atol
-            min_rtol = float(reldiff[fail_abs].max()) if fail_abs.any() else 0.0
+            if error_stat != "elemwise" and stats and stats.get(f"{error_stat}_absdiff") is not None:
+                # the statistic passes when stat_abs <= atol OR stat_rel <= rtol
+                s_abs, s_rel = stats[f"{error_stat}_absdiff"], stats[f"{error_stat}_reldiff"]
+                min_atol = 0.0 if s_rel <= rule.rtol else s_abs
+                min_rtol = 0.0 if s_abs <= rule.atol else s_rel
+            else:
+                # an element passes when absdiff <= atol OR reldiff <= rtol: the smallest atol
+                # passing at the given rtol is the largest absdiff among elements failing rtol
+                fail_rel = ~(reldiff <= rule.rtol)
+                min_atol = float(np.max(absdiff[fail_rel])) if fail_rel.any() else 0.0
+                fail_abs = ~(absdiff <= rule.atol)
+                min_rtol = float(np.max(reldiff[fail_abs])) if fail_abs.any() else 0.0
             c.min_atol = max(c.min_atol or 0.0, min_atol)
             c.min_rtol = max(c.min_rtol or 0.0, min_rtol)
+        return max_abs, max_rel
+
+    def result(self) -> OutputCheck:
+        c, rule = self.check, self.rule
+        if rule.mode == "mismatch_fraction" and c.measured is not None:
+            bound = rule.threshold or 0.0
+            if c.measured > bound:
+                self.fail(f"mismatch fraction {c.measured:.4g} > {bound:g} ({self._mismatch[0]} of "
+                          f"{self._mismatch[1]} elements)")
+        # status.yaml is also read as JSON: an infinite statistic is recorded as null
         for attr in ("max_abs", "max_rel", "min_atol", "min_rtol"):
             v = getattr(c, attr)
             if v is not None and not math.isfinite(v):
                 setattr(c, attr, None)
-
-    def result(self) -> OutputCheck:
-        return self.check
+        return c
 
 
-def _elementwise_pass(out_f, ref_f, rule: OutputRule):
+def _cast_up(arr):
+    """Polygraphy's ``cast_up``: float16 to float32, small integers to int32/int64."""
     import numpy as np
 
-    absdiff = np.abs(out_f - ref_f)
-    denom = np.where(ref_f == 0, ZERO_REPLACEMENT, np.abs(ref_f))
-    return (absdiff <= rule.atol) | (absdiff / denom <= rule.rtol)
+    if arr.dtype == np.float16:
+        return arr.astype(np.float32)
+    if arr.dtype in (np.int8, np.uint8, np.int16, np.uint16):
+        return arr.astype(np.int32)
+    if arr.dtype == np.uint32:
+        return arr.astype(np.int64)
+    return arr
 
 
-def _polygraphy_pass(name: str, out, ref, rule: OutputRule, error_stat: str) -> bool:
+def _diffs(out, ref):
+    """absdiff and reldiff exactly as Polygraphy computes them: floats in their own
+    (cast-up) precision, matching infinities equal, zeros of the reference replaced."""
+    import numpy as np
+
+    o, r = _cast_up(out), _cast_up(ref)
+    if o.dtype.kind == "f" and r.dtype.kind == "f":
+        dt = np.result_type(o.dtype, r.dtype)
+    else:
+        dt = np.dtype(np.float64)
+    o, r = o.astype(dt), r.astype(dt)
+    with np.errstate(invalid="ignore", over="ignore"):
+        absdiff = np.abs(o - r)
+        absdiff = np.where(np.isinf(o) & (o == r), np.zeros((), dt), absdiff)
+        denom = np.abs(r)
+        denom = np.where(denom == 0, np.asarray(ZERO_REPLACEMENT, dt), denom)
+        reldiff = absdiff / denom
+    return absdiff, reldiff
+
+
+def _elementwise_fail(absdiff, reldiff, rule: OutputRule):
+    """Polygraphy's elemwise mismatch: fails both tolerances (NaN fails)."""
+    return ~(absdiff <= rule.atol) & ~(reldiff <= rule.rtol)
+
+
+def _polygraphy_compare(name: str, out, ref, rule: OutputRule, error_stat: str) -> tuple[bool, dict]:
+    """Polygraphy's verdict and its error statistics for one output."""
+    import numpy as np
     from polygraphy.comparator.compare import SimpleCompareFunc
     from polygraphy.comparator.struct import IterationResult
 
     func = SimpleCompareFunc(atol={"": rule.atol}, rtol={"": rule.rtol}, check_error_stat={"": error_stat},
                              check_shapes=True, infinities_compare_equal=True)
-    result = func(IterationResult(outputs={name: out}, runner_name="format"),
-                  IterationResult(outputs={name: ref}, runner_name="reference"))
-    return bool(result[name])
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):   # inf - inf of matching infinities
+        result = func(IterationResult(outputs={name: out}, runner_name="format"),
+                      IterationResult(outputs={name: ref}, runner_name="reference"))[name]
+    if isinstance(result, bool):
+        return result, {}
+    stats = {}
+    for stat in ("max", "mean", "median", "quantile"):
+        for kind in ("absdiff", "reldiff"):
+            value = getattr(result, f"{stat}_{kind}", None)
+            stats[f"{stat}_{kind}"] = None if value is None else float(value)
+    return bool(result), stats
 
 
 def compare_outputs(outputs: dict, reference: dict, accumulators: dict[str, Accumulator], *, allow_nan: bool,

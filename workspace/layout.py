@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import unicodedata
@@ -21,14 +22,18 @@ def sanitize_model_name(name: str) -> str:
 
     Unicode is folded to ASCII where it can be, other characters become ``_``,
     path separators and leading dots are removed, so ``../x`` gives ``x`` and
-    nothing is ever written outside the workdir.
+    nothing is ever written outside the workdir. A name longer than
+    ``MAX_NAME_LENGTH`` is cut and ends with ``-`` and 8 hex digits of its hash.
     """
     text = unicodedata.normalize("NFKD", str(name)).encode("ascii", "ignore").decode()
     text = re.sub(r"_+", "_", _NAME_OK.sub("_", text)).strip("._-")
-    text = text[:MAX_NAME_LENGTH].rstrip("._-")  # strip again: the cut may end on a separator
     if not text:
         raise UserInputError(f"model name {name!r} has no usable characters",
                              hint="pass --model-name with letters or digits")
+    if len(text) > MAX_NAME_LENGTH:
+        # Cut, and keep two long names that share a prefix apart with a hash of the full name.
+        digest = hashlib.sha256(str(name).encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        text = f"{text[:MAX_NAME_LENGTH - 9].rstrip('._-')}-{digest}"
     return text
 
 

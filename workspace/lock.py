@@ -19,7 +19,10 @@ class WorkspaceLock:
         self._fd: int | None = None
 
     def acquire(self) -> "WorkspaceLock":
+        if self._fd is not None:
+            raise RuntimeError(f"{self.path}: this WorkspaceLock is already held")
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        # os.open's descriptors are not inherited (PEP 446): worker subprocesses never hold the lock.
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -32,8 +35,15 @@ class WorkspaceLock:
                 f"workspace {self.path.parent} is in use by another navigator run (pid {holder})",
                 hint="wait for it to finish, or use another --workdir",
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except BaseException:
+            os.close(fd)  # closing drops the flock too
+            raise
         self._fd = fd
         return self
 

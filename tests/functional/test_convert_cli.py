@@ -29,6 +29,9 @@ def test_example_model_end_to_end(cli, tmp_path):
     ws = _ws(tmp_path, "tiny_classifier")
     st = yaml.safe_load((ws / "status.yaml").read_text())
     assert st["schema_version"] == 1 and st["state"] == "complete"
+    from navigator.workspace import schema
+
+    schema.validate(st)
     expected = ["onnx", "onnx-optimized"] + (["openvino"] if deps.has("openvino") else [])
     assert list(st["formats"]) == expected
     for key in expected:
@@ -85,7 +88,8 @@ def test_no_profile_best_by_preference(cli, tmp_path, onnx_model):
     st = yaml.safe_load((_ws(tmp_path, "foldable_mlp") / "status.yaml").read_text())
     assert st["best"] == {"key": "onnx-optimized", "runner": "onnxruntime-cpu", "batch_size": None,
                           "throughput": None, "basis": "preference"}
-    assert st["formats"]["onnx"]["runners"]["onnxruntime-cpu"]["profile"]["status"] == "skipped"
+    profile = st["formats"]["onnx"]["runners"]["onnxruntime-cpu"]["profile"]
+    assert profile["status"] == "skipped" and profile["reason"] == "--no-profile"
 
 
 def test_topk_indices_compared_exactly(cli, tmp_path, onnx_model):
