@@ -43,8 +43,9 @@ class RunContext:
     ws: Workspace
     status: Status
     source: Any
-    device: str
+    device: str                      # where converters run: cuda when a GPU is used, else cpu
     reporter: Any
+    runner_devices: tuple = ("cpu",)  # where formats are verified and profiled
     verify_func: Callable | None = None
     timings: dict = field(default_factory=dict)
     process_starts: int = 0
@@ -54,14 +55,20 @@ class RunContext:
 
 
 # --------------------------------------------------------------------------- prepare
-def resolve_device(device: str) -> str:
-    """``auto`` is cuda when the driver reports a GPU (read from /proc, CUDA untouched)."""
+def resolve_device(device: str) -> tuple[str, tuple[str, ...]]:
+    """(the device converters use, the devices runners run on).
+
+    ``auto`` uses the GPU when the driver reports one (read from /proc, CUDA
+    untouched) and keeps the CPU runners beside the CUDA ones, so a GPU machine
+    without onnxruntime-gpu still verifies every format; ``cuda`` and ``cpu``
+    mean that device alone."""
+    gpu = deps.gpu_present()
     if device == "auto":
-        return "cuda" if deps.gpu_present() else "cpu"
-    if device == "cuda" and not deps.gpu_present():
+        return ("cuda", ("cuda", "cpu")) if gpu else ("cpu", ("cpu",))
+    if device == "cuda" and not gpu:
         raise UserInputError("--device cuda: no NVIDIA GPU is visible on this machine (none in "
                              "/proc/driver/nvidia/gpus, or CUDA_VISIBLE_DEVICES hides them)", hint="use --device cpu")
-    return device
+    return device, (device,)
 
 
 def _environment(device: str) -> dict:
@@ -254,6 +261,10 @@ def _sys_path_for(cls) -> list[str]:
     return [str(root)]
 
 
+def _runner_specs(ctx: RunContext, fmt: str) -> list:
+    return [spec for device in ctx.runner_devices for spec in runners.specs_for(fmt, device)]
+
+
 def _format_task(ctx: RunContext, item, fmt_status: FormatStatus) -> dict:
     key = item.key
     task: dict = {"kind": "format", "key": key, "artifact": fmt_status.path, "io_names": fmt_status.io_names,
@@ -264,7 +275,7 @@ def _format_task(ctx: RunContext, item, fmt_status: FormatStatus) -> dict:
         params = conv.Params()
         task["convert"] = {"converter": conv.import_path(), "source": parent.path, "output": fmt_status.path,
                            "params": _params_dict(params), "device": ctx.device}
-    for spec in runners.specs_for(fmt_status.format, ctx.device):
+    for spec in _runner_specs(ctx, fmt_status.format):
         task["runners"].append(spec.to_dict() | {"key": spec.key})
     return task
 
@@ -417,7 +428,7 @@ def run_formats(ctx: RunContext, planned) -> None:
                           path=ctx.ws.rel(fdir / formats.file_name(k.format)), parent=item.parent,
                           isolated=ctx.source.isolated if item.converter is None else True)
         fs.io_names = {t.name: t.name for t in st.signature.inputs + st.signature.outputs}
-        for spec in runners.specs_for(k.format, ctx.device):
+        for spec in _runner_specs(ctx, k.format):
             fs.runners[spec.key] = RunnerStatus(runner=spec.runner, device=spec.device, provider=spec.provider,
                                                 verify=VerifyStep(reason="pending"),
                                                 profile=ProfileStep(reason="pending"))
@@ -575,7 +586,7 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
     """The whole pipeline for one model; see the module docstring."""
     t0 = time.perf_counter()
     config = config.resolved()
-    device = resolve_device(config.device)
+    device, runner_devices = resolve_device(config.device)
     ws, source, batches, meta = prepare(model, samples, config, reporter)
     ws.root.mkdir(parents=True, exist_ok=True)
     timings: dict = {"prepare_s": time.perf_counter() - t0}
@@ -587,6 +598,7 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
                      device)
             st = write_workspace(ws, source, batches, meta, config, device)
             ctx = RunContext(config=config, ws=ws, status=st, source=source, device=device, reporter=reporter,
+                             runner_devices=runner_devices,
                              verify_func=verify_func, timings=timings)
             targets, dropped = requested_targets(config, source)
             for t in dropped:

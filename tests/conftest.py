@@ -11,7 +11,7 @@ _spec = importlib.util.spec_from_file_location("navigator_test_models", Path(__f
 models = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(models)
 
-FAST = ["--profile-budget-s", "1", "--max-batch-size", "4", "--timeout", "120"]
+FAST = ["--profile-budget-s", "1", "--max-batch-size", "4", "--timeout", "120", "--device", "cpu"]
 
 
 @pytest.fixture
