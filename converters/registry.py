@@ -61,22 +61,39 @@ class ConverterRegistry:
         for module in self._builtins:
             self._loading = "builtin"
             try:
-                importlib.import_module(f"navigator.converters.{module}")
+                mod = importlib.import_module(f"navigator.converters.{module}")
             finally:
                 self._loading = ""
+            # The module's @register went to the default registry, and only on its first
+            # import: register its classes here too, as built-ins.
+            for cls in _converters_in(mod):
+                self.register(cls, origin="builtin")
         if self._group:
             self._load_plugins()
 
     def _load_plugins(self) -> None:
+        import types
         from importlib.metadata import entry_points
+
+        from navigator.converters.base import Converter
 
         for ep in entry_points(group=self._group):
             self._loading = "plugin"
             try:
                 obj = ep.load()
-                if isinstance(obj, type) and obj.__name__ not in ("",) and getattr(obj, "source", None):
-                    if obj.name not in self._converters:
-                        self.register(obj, origin="plugin")
+                if isinstance(obj, types.ModuleType):
+                    found = _converters_in(obj)
+                    if not found:
+                        raise TypeError(f"module {obj.__name__} defines no Converter subclass")
+                elif isinstance(obj, type) and issubclass(obj, Converter):
+                    found = [obj]
+                else:
+                    raise TypeError(f"{ep.value} is not a Converter subclass")
+                for cls in found:
+                    if self._converters.get(cls.name) is cls:   # its own @register did it
+                        self._origin[cls.name] = "plugin"
+                    else:
+                        self.register(cls, origin="plugin")
             except Exception as e:  # a broken plugin must not break the tool
                 self.unavailable[ep.name] = f"{type(e).__name__}: {e}"
                 log.warning("converter plugin %s is unavailable: %s: %s", ep.name, type(e).__name__, e)
@@ -107,6 +124,15 @@ class ConverterRegistry:
 
     def targets(self) -> list[str]:
         return sorted({c.target for c in self.edges()})
+
+
+def _converters_in(module) -> list[type]:
+    """The Converter subclasses a module defines (not the ones it imports)."""
+    from navigator.converters.base import Converter
+
+    return [obj for obj in vars(module).values()
+            if isinstance(obj, type) and issubclass(obj, Converter) and obj.__module__ == module.__name__
+            and getattr(obj, "name", "") and obj.source and obj.target]
 
 
 registry = ConverterRegistry()

@@ -114,7 +114,8 @@ def prepare(model: Any, samples: Any, config: NavigatorConfig, reporter) -> tupl
                                        bounds=source.index_bounds, batch_dim=batch_dim, seed=config.seed)
         info.source = "generated"
         info.value_ranges = {spec.name: list(samples_mod.value_range(spec, config.value_ranges or {},
-                                                                      source.index_bounds))
+                                                                      source.index_bounds,
+                                                                      (config.dtypes or {}).get(spec.name)))
                              for spec in sig.inputs}
     info.count = len(batches)
     info.shapes = [{k: list(v.shape) for k, v in b.items()} for b in batches]

@@ -56,7 +56,9 @@ def percentiles(latencies_s: list[float]) -> dict[str, float]:
 
 def measure(infer, feeds: dict, batch_size: int, settings: ProfileSettings, deadline: float) -> tuple[dict, bool]:
     """Windows at one batch size; returns the result and whether it was stable."""
-    for _ in range(settings.warmup_iters):
+    for i in range(settings.warmup_iters):
+        if i and time.perf_counter() > deadline:
+            break
         infer(feeds)
     windows: list[tuple[float, float, list[float]]] = []   # (throughput, mean latency, latencies)
     stable = False
@@ -64,6 +66,8 @@ def measure(infer, feeds: dict, batch_size: int, settings: ProfileSettings, dead
         lat: list[float] = []
         start = time.perf_counter()
         while len(lat) < settings.window_min_iters or time.perf_counter() - start < settings.window_s:
+            if lat and time.perf_counter() > deadline:
+                break   # the budget bounds a window too: a slow model must not run 10 more inferences
             t0 = time.perf_counter()
             infer(feeds)
             lat.append(time.perf_counter() - t0)

@@ -180,13 +180,16 @@ def sample_shapes(signature: ModelSignature, shapes: dict | None, batch_dim: int
     return out
 
 
-def value_range(spec: TensorSpec, value_ranges: dict, bounds: dict) -> tuple[float, float]:
+def value_range(spec: TensorSpec, value_ranges: dict, bounds: dict, dtype: str | None = None) -> tuple[float, float]:
+    """[low, high) of the values generated for ``spec``; ``dtype`` is the generated
+    dtype when ``--dtypes`` overrides the model's."""
     if spec.name in value_ranges:
         lo, hi = value_ranges[spec.name]
         return float(lo), float(hi)
-    if spec.dtype == "bool":
+    dtype = dtype or spec.dtype
+    if dtype == "bool":
         return 0.0, 2.0
-    if spec.dtype.startswith(("int", "uint")):
+    if dtype.startswith(("int", "uint")):
         return 0.0, float(bounds.get(spec.name, DEFAULT_INT_HIGH))
     return 0.0, 1.0
 
@@ -215,7 +218,7 @@ def generate(signature: ModelSignature, *, shapes: list[dict] | None, count: int
             name = dtypes.get(spec.name, spec.dtype)
             # numpy has no bfloat16 of its own (ml_dtypes may register one): float32 stands in
             dtype = np.dtype("float32" if name == "bfloat16" else name)
-            lo, hi = value_range(spec, value_ranges, bounds)
+            lo, hi = value_range(spec, value_ranges, bounds, dtype.name)
             shape = shape_map[spec.name]
             if dtype.kind == "b":
                 arr = rng.integers(0, 2, size=shape).astype(bool)

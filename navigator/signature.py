@@ -77,7 +77,7 @@ def onnx_signature(model) -> ModelSignature:
 
 def detect_batch_dim(signature: ModelSignature, *, batch_dim: int | None = None,
                      no_batching: bool = False) -> int | None:
-    """The batch dim: dim 0 when it is dynamic on every input (and output), else None.
+    """The batch dim: dim 0 when it is dynamic on every input, else None.
 
     ``batch_dim`` overrides the detection (checked against every input's rank);
     ``no_batching`` turns batching off."""

@@ -30,7 +30,9 @@ def cli(tmp_path):
 
     def run(*args, env=None, cwd=None, timeout=300):
         full_env = dict(os.environ)
-        full_env.update(env or {})
+        for key, value in (env or {}).items():   # PYTHONPATH is prepended, not replaced
+            old = full_env.get(key) if key == "PYTHONPATH" else None
+            full_env[key] = f"{value}{os.pathsep}{old}" if old else value
         return subprocess.run([sys.executable, "-m", "navigator", *map(str, args)], capture_output=True, text=True,
                               env=full_env, cwd=cwd or tmp_path, timeout=timeout)
 

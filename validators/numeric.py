@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 
 from navigator.validators.tolerances import OutputRule
 from navigator.workspace.status import OutputCheck
@@ -197,11 +198,37 @@ def _elementwise_fail(absdiff, reldiff, rule: OutputRule):
     return ~(absdiff <= rule.atol) & ~(reldiff <= rule.rtol)
 
 
+class _TorchAbsent:
+    """Stands in for Polygraphy's lazy ``torch`` module: not installed, not importable."""
+
+    def is_installed(self) -> bool:
+        return False
+
+    def is_importable(self) -> bool:
+        return False
+
+
+def _keep_polygraphy_off_torch() -> None:
+    """Polygraphy's ``util.is_torch(x)`` imports torch just to answer "no" for numpy
+    arrays: 2-5 s in every worker of a machine with torch installed. We only ever
+    hand it numpy arrays, so unless torch is already loaded, tell it torch is absent."""
+    if "torch" in sys.modules:
+        return
+    try:
+        from polygraphy.util import array as pg_array
+    except ImportError:  # pragma: no cover - a different Polygraphy layout: pay the import
+        return
+    if hasattr(pg_array, "torch"):
+        pg_array.torch = _TorchAbsent()
+
+
 def _polygraphy_compare(name: str, out, ref, rule: OutputRule, error_stat: str) -> tuple[bool, dict]:
     """Polygraphy's verdict and its error statistics for one output."""
     import numpy as np
     from polygraphy.comparator.compare import SimpleCompareFunc
     from polygraphy.comparator.struct import IterationResult
+
+    _keep_polygraphy_off_torch()
 
     func = SimpleCompareFunc(atol={"": rule.atol}, rtol={"": rule.rtol}, check_error_stat={"": error_stat},
                              check_shapes=True, infinities_compare_equal=True)

@@ -74,7 +74,9 @@ def test_reproduce_script_rebuilds_the_artifact(cli, tmp_path, onnx_model):
     ops = [n.op_type for n in onnx.load(str(art)).graph.node]
     assert "Mul" not in ops, ops          # the constant subgraph was folded
     art.unlink()
-    env_path = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    import os
+
+    env_path = dict(os.environ, PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin")
     p = subprocess.run(["bash", str(ws / "formats" / "onnx-optimized" / "reproduce.sh")], capture_output=True,
                        text=True, env=env_path)
     assert p.returncode == 0, p.stderr

@@ -79,6 +79,8 @@ def test_generate_dtypes_override():
     s = gen(dtypes={"ids": "int32", "x": "float16"})[0]
     assert s["ids"].dtype == np.int32
     assert s["x"].dtype == np.float16
+    s = gen(dtypes={"x": "int32"}, shapes=[{"x": (64, 3)}])[0]    # ranges follow the generated dtype
+    assert s["x"].dtype == np.int32 and s["x"].min() >= 0 and s["x"].max() == 15
     s = gen(dtypes={"x": "bfloat16"})[0]          # numpy has no bfloat16: float32 stands in
     assert s["x"].dtype == np.float32
 

@@ -1,0 +1,126 @@
+"""Unit tests for navigator.profiling, on a fake clock: every inference costs a known time."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+from navigator import profiling
+from navigator.profiling import ProfileSettings, batch_of, percentiles, sweep
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+        self.calls: list[int] = []
+
+    def perf_counter(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = FakeClock()
+    monkeypatch.setattr(profiling, "time", types.SimpleNamespace(perf_counter=c.perf_counter))
+    return c
+
+
+def infer_with(clock, cost):
+    """An infer function whose inference of a batch of b rows takes cost(b) fake seconds."""
+
+    def infer(feeds):
+        b = next(iter(feeds.values())).shape[0]
+        clock.calls.append(b)
+        clock.t += cost(b)
+        return {}
+
+    return infer
+
+
+SAMPLE = {"x": np.arange(6, dtype=np.float32).reshape(3, 2)}
+
+
+def test_batch_sizes_double_until_gain_below_5_percent(clock):
+    # throughput b / (0.001 + 0.0005 b): gains 50%, 33%, 20%, 11%, 5.9%, then 3% at 64
+    out = sweep(infer_with(clock, lambda b: 0.001 + 0.0005 * b), SAMPLE, 0, ProfileSettings(max_batch_size=256))
+    assert [r["batch_size"] for r in out.results] == [1, 2, 4, 8, 16, 32, 64]
+    assert out.stable is True and out.reason is None
+    for r in out.results:
+        b = r["batch_size"]
+        assert r["throughput"] == pytest.approx(b / (0.001 + 0.0005 * b), rel=1e-3)
+        assert r["latency_ms"]["p50"] == pytest.approx((0.001 + 0.0005 * b) * 1000, rel=1e-3)
+    assert 128 not in clock.calls
+
+
+def test_sweep_stops_at_max_batch_size(clock):
+    out = sweep(infer_with(clock, lambda b: 0.001), SAMPLE, 0, ProfileSettings(max_batch_size=6))
+    assert [r["batch_size"] for r in out.results] == [1, 2, 4]
+    assert set(clock.calls) == {1, 2, 4}
+
+
+def test_explicit_batch_sizes(clock):
+    settings = ProfileSettings(max_batch_size=16, batch_sizes=[3, 32, 5])
+    out = sweep(infer_with(clock, lambda b: 0.001), SAMPLE, 0, settings)
+    assert [r["batch_size"] for r in out.results] == [3, 5]        # no gain stop, capped by max_batch_size
+
+
+def test_windows_until_stable(clock):
+    out = sweep(infer_with(clock, lambda b: 0.002), SAMPLE, None, ProfileSettings())
+    # 3 warm-up inferences, then 3 windows of 50 inferences (0.1 s each): stable at the minimum
+    assert len(clock.calls) == 3 + 3 * 50
+    assert out.stable is True
+
+
+def test_budget_ends_the_sweep(clock):
+    settings = ProfileSettings(max_batch_size=1024, budget_s=1.0)
+    out = sweep(infer_with(clock, lambda b: 0.001 + 0.0005 * b), SAMPLE, 0, settings)
+    assert out.stable is False
+    assert out.reason == "profile budget of 1 s ended the sweep before batch size 16"
+    assert [r["batch_size"] for r in out.results] == [1, 2, 4, 8]
+
+
+def test_budget_bounds_a_slow_model(clock):
+    settings = ProfileSettings(budget_s=2.0)
+    out = sweep(infer_with(clock, lambda b: 1.0), SAMPLE, None, settings)
+    assert out.stable is False
+    assert clock.t <= 4.0            # not 3 warm-ups + 10 inferences per window
+    assert len(out.results) == 1 and out.results[0]["throughput"] == pytest.approx(1.0)
+
+
+def test_no_batching_measures_once_at_batch_1(clock):
+    out = sweep(infer_with(clock, lambda b: 0.004), SAMPLE, None, ProfileSettings(max_batch_size=64))
+    assert len(out.results) == 1
+    r = out.results[0]
+    assert r["batch_size"] == 1 and r["throughput"] == pytest.approx(250.0)
+    assert set(clock.calls) == {3}          # the sample as given, never re-batched
+
+
+def test_unstable_throughput(clock):
+    n = {"i": 0}
+
+    def cost(b):
+        n["i"] += 1
+        window = (n["i"] - 4) // 10       # after 3 warm-ups, windows of exactly 10 inferences
+        return 0.001 if window % 2 == 0 else 0.002
+
+    settings = ProfileSettings(window_s=0.0, window_min_iters=10)
+    out = sweep(infer_with(clock, cost), SAMPLE, None, settings)
+    assert out.stable is False
+    assert out.reason == "throughput did not settle within 10 windows or the budget"
+    assert n["i"] == 3 + 10 * 10
+
+
+def test_percentiles():
+    p = percentiles([i / 1000 for i in range(1, 101)])
+    assert p == {"p50": 50.5, "p90": 90.1, "p95": 95.05, "p99": 99.01, "mean": 50.5}
+
+
+def test_batch_of_tiles_and_cuts():
+    up = batch_of(SAMPLE, 0, 5)
+    assert up["x"].tolist() == [[0, 1], [2, 3], [4, 5], [0, 1], [2, 3]]
+    assert up["x"].flags["C_CONTIGUOUS"]
+    assert batch_of(SAMPLE, 0, 2)["x"].tolist() == [[0, 1], [2, 3]]
+    along1 = batch_of({"m": np.array([[1, 2, 3]])}, 1, 4)
+    assert along1["m"].tolist() == [[1, 2, 3, 1]]
