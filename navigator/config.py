@@ -50,8 +50,6 @@ class NavigatorConfig:
     no_profile: bool = False
     allow_failures: bool = False
     force: bool = False
-    triton_repo: str | None = None
-    reference: str | None = None
     verify_batch_sizes: tuple[int, ...] | None = None
     seed: int | None = None
 
@@ -295,9 +293,9 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
             changes[key] = float(value)
         elif key in ("no_batching", "no_profile", "allow_failures", "force", "allow_nan"):
             changes[key] = bool(_check_type(key, value, bool))
-        elif key in ("workdir", "samples", "triton_repo"):
+        elif key in ("workdir", "samples"):
             changes[key] = os.fspath(_check_type(key, value, (str, os.PathLike)))
-        else:  # model_name, model_format, reference
+        else:  # model_name, model_format
             changes[key] = _check_type(key, value, str)
     result = dataclasses.replace(base, **changes)
     if result.no_batching and result.batch_dim is not None:
