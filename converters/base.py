@@ -71,6 +71,21 @@ class Converter:
         raise NotImplementedError
 
     @classmethod
+    def params_from_config(cls, config) -> Any:
+        """This edge's parameters for a run: the defaults, then the run's options
+        that concern it (subclasses map CLI options such as ``--trt-plugins``),
+        then ``converter_params: {<name>: {...}}`` from the config, which wins."""
+        base = dataclasses.asdict(cls.Params()) if dataclasses.is_dataclass(cls.Params) else {}
+        base.update(cls.options_from_config(config))
+        base.update((getattr(config, "converter_params", None) or {}).get(cls.name, {}))
+        return cls.params_from_dict(base)
+
+    @classmethod
+    def options_from_config(cls, config) -> dict:
+        """Parameters taken from the run's top-level options; none by default."""
+        return {}
+
+    @classmethod
     def params_from_dict(cls, data: dict | None):
         data = dict(data or {})
         known = {f.name for f in dataclasses.fields(cls.Params)}

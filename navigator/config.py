@@ -51,6 +51,7 @@ class NavigatorConfig:
     allow_failures: bool = False
     force: bool = False
     verify_batch_sizes: tuple[int, ...] | None = None
+    converter_params: dict | None = None            # {converter name: {param: value}}
     seed: int | None = None
 
     # Defaults, resolved once.
@@ -281,6 +282,14 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
                                      f"{type(value).__name__}")
             changes[key] = specs.parse_batch_sizes(value if isinstance(value, str) else ",".join(map(str, value)),
                                                    option="--verify-batch-sizes")
+        elif key == "converter_params":
+            if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, dict)
+                                                      for k, v in value.items()):
+                raise UserInputError("converter_params: expected {converter name: {parameter: value}}")
+            merged = {k: dict(v) for k, v in (base.converter_params or {}).items()}
+            for name, params in value.items():
+                merged.setdefault(name, {}).update(params)
+            changes[key] = merged
         elif key in ("sample_count", "max_batch_size", "batch_dim", "seed"):
             _check_type(key, value, int)
             if key != "seed" and value < (0 if key == "batch_dim" else 1):

@@ -197,19 +197,28 @@ def requested_targets(config: NavigatorConfig, source) -> tuple[list[str], list[
     return targets, dropped
 
 
-def plan_formats(ctx: RunContext, targets: list[str]):
+def plan_formats(config: NavigatorConfig, source, targets: list[str]):
+    """(planned formats, requested precision variants that no converter makes).
+    Checks every converter's parameters, so bad ones stop the run before it writes."""
     from navigator.converters.planner import plan
     from navigator.converters.registry import registry
 
     edges = registry.edges()
-    reachable_precision = []
+    unsupported = []
     for t in targets:
-        if t != ctx.source.key and t not in {e.target for e in edges}:
+        if t != source.key and t not in {e.target for e in edges}:
             key = formats.parse_key(t) if _is_key(t) else None
             if key is not None and key.precision != "fp32":
-                reachable_precision.append(t)
-    planned = plan(ctx.source.key, [t for t in targets if t not in reachable_precision], edges)
-    return planned, reachable_precision
+                unsupported.append(t)
+    planned = plan(source.key, [t for t in targets if t not in unsupported], edges)
+    names = {e.name for e in edges}
+    unknown = sorted(set(config.converter_params or {}) - names)
+    if unknown:
+        raise UserInputError(f"converter_params: unknown converter {unknown[0]!r}; valid: {', '.join(sorted(names))}")
+    for item in planned:
+        if item.converter is not None:
+            item.converter.params_from_config(config)
+    return planned, unsupported
 
 
 def _is_key(text: str) -> bool:
@@ -273,7 +282,7 @@ def _format_task(ctx: RunContext, item, fmt_status: FormatStatus) -> dict:
     if item.converter is not None:
         conv = item.converter
         parent = ctx.status.formats[item.parent]
-        params = conv.Params()
+        params = conv.params_from_config(ctx.config)
         task["convert"] = {"converter": conv.import_path(), "source": parent.path, "output": fmt_status.path,
                            "params": _params_dict(params), "device": ctx.device}
     for spec in _runner_specs(ctx, fmt_status.format):
@@ -589,6 +598,8 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
     config = config.resolved()
     device, runner_devices = resolve_device(config.device)
     ws, source, batches, meta = prepare(model, samples, config, reporter)
+    targets, dropped = requested_targets(config, source)
+    planned, unsupported = plan_formats(config, source, targets)
     ws.root.mkdir(parents=True, exist_ok=True)
     timings: dict = {"prepare_s": time.perf_counter() - t0}
     with WorkspaceLock(ws.lock_path):
@@ -601,10 +612,8 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
             ctx = RunContext(config=config, ws=ws, status=st, source=source, device=device, reporter=reporter,
                              runner_devices=runner_devices,
                              verify_func=verify_func, timings=timings)
-            targets, dropped = requested_targets(config, source)
             for t in dropped:
                 log.info("default target %s left out: its packages are not installed", t)
-            planned, unsupported = plan_formats(ctx, targets)
             for key in unsupported:
                 k = formats.parse_key(key)
                 st.formats[key] = FormatStatus(format=k.format, precision=k.precision, convert=ConvertStep(
@@ -625,6 +634,9 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
                 ctx.save()
             raise Interrupted("interrupted; the workspace records state: interrupted") from None
         except NavigatorError:
+            if ctx is not None and ctx.status.state == "running":
+                ctx.status.state = "interrupted"   # never leave `running` behind
+                ctx.save()
             raise
         except Exception as e:
             log.exception("internal error")

@@ -116,3 +116,26 @@ def test_cuda_without_a_gpu(cli, tmp_path, onnx_model):
         pytest.skip("this machine has a GPU: --device cuda is valid here")
     _one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--device", "cuda"),
                     "--device cuda", "no NVIDIA GPU")
+
+
+def test_converter_params_from_the_config_file(cli, tmp_path, onnx_model):
+    cfg = tmp_path / "nav.yaml"
+    cfg.write_text("converter_params: {onnx_to_onnx_optimized: {slim: false}}\nno_profile: true\n")
+    r = cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--config-path", cfg, "--targets",
+            "onnx,onnx-optimized", "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    import json
+
+    ws = tmp_path / "wd" / "token_classifier.nav.workspace"
+    params = json.loads((ws / "formats" / "onnx-optimized" / "params.json").read_text())
+    assert params["slim"] is False
+    import yaml
+
+    st = yaml.safe_load((ws / "status.yaml").read_text())
+    assert st["formats"]["onnx-optimized"]["convert"]["exporter"] == "graphsurgeon"
+    cfg.write_text("converter_params: {onnx_to_onnx_optimized: {slimm: false}}\n")
+    _one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--config-path", cfg), "slimm",
+                    "fold_constants")
+    cfg.write_text("converter_params: {onnx_to_tensorflow: {x: 1}}\n")
+    _one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--config-path", cfg),
+                    "onnx_to_tensorflow")
