@@ -614,6 +614,13 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
                              verify_func=verify_func, timings=timings)
             for t in dropped:
                 log.info("default target %s left out: its packages are not installed", t)
+            from navigator.converters.registry import registry
+
+            for name, reason in registry.unavailable.items():
+                log.warning("converter plugin %s is unavailable: %s", name, reason)
+                reporter.warn(f"converter plugin {name} is unavailable: {reason}")
+            if registry.unavailable:
+                st.environment["unavailable_plugins"] = dict(registry.unavailable)
             for key in unsupported:
                 k = formats.parse_key(key)
                 st.formats[key] = FormatStatus(format=k.format, precision=k.precision, convert=ConvertStep(
