@@ -71,6 +71,18 @@ class Converter:
         raise NotImplementedError
 
     @classmethod
+    def unavailable_reason(cls, device: str) -> str | None:
+        """Why this edge cannot run here beyond missing packages (no GPU, an old
+        library version), or None. Checked without importing heavy modules."""
+        return None
+
+    @classmethod
+    def reproduce_notes(cls, params: Any, source: str, output: str, status: Any) -> list[str]:
+        """Extra lines for reproduce.sh (e.g. the equivalent trtexec command, as a
+        comment or a command); paths are relative to the workspace root."""
+        return []
+
+    @classmethod
     def params_from_config(cls, config) -> Any:
         """This edge's parameters for a run: the defaults, then the run's options
         that concern it (subclasses map CLI options such as ``--trt-plugins``),

@@ -312,6 +312,8 @@ def _write_reproduce(ctx: RunContext, item, fmt_status: FormatStatus, task: dict
         lines.append(" ".join(shlex.quote(x) for x in [
             "python", "-m", module, "--workspace", ".", "--source", conv["source"], "--output", conv["output"],
             "--params", f"formats/{item.key}/params.json", "--device", conv["device"]]))
+        params = item.converter.params_from_dict(conv["params"])
+        lines.extend(item.converter.reproduce_notes(params, conv["source"], conv["output"], ctx.status))
     else:
         src = ctx.status.model.path or "<source>"
         lines.append(f"# {item.key} is the source model, copied from {shlex.quote(src)}")
@@ -460,23 +462,21 @@ def run_formats(ctx: RunContext, planned) -> None:
                 _skip_runners(fs, fs.convert.reason)
                 ctx.reporter.step_end(item.key, "convert", None, fs.convert.to_dict())
                 continue
-            missing = deps.missing(item.converter.requires)
-            if missing:
-                fs.convert = ConvertStep(status="skipped", reason=f"needs the package(s) {', '.join(missing)}, "
-                                                                  "which are not installed")
-                _skip_runners(fs, fs.convert.reason)
+            # reproduce.sh is written even when this machine cannot run the edge:
+            # users rebuild the artifact where its packages are (e.g. a Triton container)
+            _write_reproduce(ctx, item, fs, _format_task(ctx, item, fs))
+            why_not = _cannot_convert_here(ctx, item.converter)
+            if why_not:
+                fs.convert = ConvertStep(status="skipped", reason=why_not)
+                _skip_runners(fs, why_not)
                 ctx.reporter.step_end(item.key, "convert", None, fs.convert.to_dict())
-                continue
-            if ctx.device not in item.converter.devices:
-                fs.convert = ConvertStep(status="skipped", reason=f"{item.converter.name} does not run on "
-                                                                  f"{ctx.device}")
-                _skip_runners(fs, fs.convert.reason)
                 continue
             fs.convert.inputs_sha256 = parent.convert.inputs_sha256
         if not fs.runners:
             log.info("%s: no runner for format %s on %s", item.key, fs.format, ctx.device)
         task = _format_task(ctx, item, fs)
-        _write_reproduce(ctx, item, fs, task)
+        if item.converter is None:
+            _write_reproduce(ctx, item, fs, task)
         tasks = [task]
         if item.converter is None:
             tasks.insert(0, {"kind": "reference", "key": "reference", "artifact": fs.path,
@@ -487,6 +487,16 @@ def run_formats(ctx: RunContext, planned) -> None:
         ctx.save()
         if item.converter is None and not any(ctx.ws.reference_dir.glob("*.npz")):
             raise_reference_failed(ctx)
+
+
+def _cannot_convert_here(ctx: RunContext, converter) -> str | None:
+    """Why this edge is skipped on this machine (a missing package names it), or None."""
+    missing = deps.missing(converter.requires)
+    if missing:
+        return f"needs the package(s) {', '.join(missing)}, which are not installed"
+    if ctx.device not in converter.devices:
+        return f"{converter.name} runs on {', '.join(converter.devices)}, not on {ctx.device}"
+    return converter.unavailable_reason(ctx.device)
 
 
 def raise_reference_failed(ctx: RunContext) -> None:

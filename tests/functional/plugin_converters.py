@@ -79,6 +79,17 @@ class Copy(_Onnx):
         shutil.copyfile(ctx.source, ctx.output)
 
 
+class NeedsMissingPackage(_Onnx):
+    """Requires a package that is not installed: skipped, naming it, with reproduce.sh written."""
+
+    name = "test_needs_missing"
+    target = "onnx-missing"
+    requires = ("onnx", "navigator_no_such_package")
+
+    def convert(self, ctx):  # pragma: no cover - never runs here
+        raise AssertionError("must not run without its package")
+
+
 class BrokenAtImport:  # referenced by an entry point that fails to load
     pass
 

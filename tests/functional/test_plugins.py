@@ -22,7 +22,8 @@ HERE = Path(__file__).resolve().parent
 
 @pytest.fixture
 def registered():
-    classes = [plugins.Segfault, plugins.Hang, plugins.Raises, plugins.WrongNumbers, plugins.Copy]
+    classes = [plugins.Segfault, plugins.Hang, plugins.Raises, plugins.WrongNumbers, plugins.Copy,
+               plugins.NeedsMissingPackage]
     for cls in classes:
         registry.register(cls)
     yield
@@ -103,3 +104,14 @@ def test_help_does_not_load_plugins(cli, tmp_path):
     assert r.returncode == 0 and "convert" in r.stdout
     r = cli("convert", "--help", env={"PYTHONPATH": str(site)})
     assert r.returncode == 0 and "--max-shapes" in r.stdout
+
+
+def test_missing_package_is_skipped_with_reproduce_script(registered, tmp_path, onnx_model):
+    result = navigator.convert(onnx_model("foldable_mlp"), workdir=tmp_path, no_profile=True,
+                               targets=["onnx", "onnx-missing"])
+    fs = result.status.formats["onnx-missing"]
+    assert result.exit_code == 0, result.failures
+    assert fs.convert.status == "skipped" and "navigator_no_such_package" in fs.convert.reason
+    assert all(r.verify.status == "skipped" for r in fs.runners.values())
+    script = (result.workspace / "formats" / "onnx-missing" / "reproduce.sh").read_text()
+    assert "python -m tests.functional.plugin_converters --workspace . --source formats/onnx/model.onnx" in script
