@@ -42,6 +42,7 @@ class ConvertContext:
     batch_dim: int | None = None
     samples_dir: Path | None = None
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("navigator.convert"))
+    live: Any = None                      # navigator.torch_support.LiveModel for edges that need the module
 
 
 @dataclass
@@ -52,6 +53,7 @@ class ConvertOutcome:
     exporter: str | None = None
     io_names: dict[str, str] | None = None
     notes: list[str] = field(default_factory=list)
+    static_shapes: bool = False    # the artifact accepts only the samples' shapes
 
 
 class Converter:
@@ -66,6 +68,9 @@ class Converter:
     # True when the converter may crash the process (TensorRT builds, fp16
     # sessions): it gets a fresh worker of its own.
     crash_prone: ClassVar[bool] = False
+    # True when the edge needs the live source object (a torch.nn.Module): it runs
+    # in the calling process for a live object, in a worker for file.py:factory.
+    needs_live: ClassVar[bool] = False
 
     def convert(self, ctx: ConvertContext) -> ConvertOutcome | None:
         raise NotImplementedError
@@ -113,16 +118,21 @@ class Converter:
 
 
 def context_from_workspace(workspace: str | os.PathLike, source: str, output: str, params: Any,
-                           device: str = "cpu") -> ConvertContext:
-    """A context for a converter run from files only (workers and reproduce.sh)."""
+                           device: str = "cpu", *, needs_live: bool = False) -> ConvertContext:
+    """A context for a converter run from files (workers and reproduce.sh)."""
     from navigator.workspace import status as status_mod
     from navigator.workspace.layout import Workspace
 
     ws = Workspace(Path(workspace).resolve())
     st = status_mod.load(ws.status_path)
-    return ConvertContext(workspace=ws.root, source=ws.abs(source), output=ws.abs(output), params=params,
-                          device=device, signature=st.signature, shape_profiles=st.shape_profiles,
-                          batch_dim=st.batch_dim, samples_dir=ws.inputs_dir)
+    ctx = ConvertContext(workspace=ws.root, source=ws.abs(source), output=ws.abs(output), params=params,
+                         device=device, signature=st.signature, shape_profiles=st.shape_profiles,
+                         batch_dim=st.batch_dim, samples_dir=ws.inputs_dir)
+    if needs_live:
+        from navigator.torch_support import live_from_workspace
+
+        ctx.live = live_from_workspace(ws.root, st.signature, st.shape_profiles)
+    return ctx
 
 
 def main(converter_cls: type[Converter], argv: list[str] | None = None) -> int:
@@ -142,7 +152,8 @@ def main(converter_cls: type[Converter], argv: list[str] | None = None) -> int:
         if args.params:
             params = json.loads(Path(args.params).read_text())
         ctx = context_from_workspace(args.workspace, args.source, args.output,
-                                     converter_cls.params_from_dict(params), args.device)
+                                     converter_cls.params_from_dict(params), args.device,
+                                     needs_live=converter_cls.needs_live)
         ctx.output.parent.mkdir(parents=True, exist_ok=True)
         outcome = converter_cls().convert(ctx) or ConvertOutcome()
         print(json.dumps({"output": str(ctx.output), "exporter": outcome.exporter, "io_names": outcome.io_names}))

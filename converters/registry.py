@@ -17,7 +17,14 @@ log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "navigator.converters"
 # built-in edges, by module name under navigator.converters
-BUILTINS = ("onnx_to_onnx_optimized", "onnx_to_openvino")
+BUILTINS = (
+    "onnx_to_onnx_optimized",
+    "onnx_to_openvino",
+    "torch_to_torchscript",
+    "torch_to_torch_export",
+    "torch_to_onnx",
+    "torch_export_to_aoti",
+)
 
 
 class DuplicateConverter(ValueError):

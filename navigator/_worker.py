@@ -109,15 +109,17 @@ def run_convert(ws, task: dict) -> dict:
     for part in qualname.split("."):
         cls = getattr(cls, part)
     ctx = context_from_workspace(ws.root, conv["source"], conv["output"], cls.params_from_dict(conv.get("params")),
-                                 conv.get("device", "cpu"))
+                                 conv.get("device", "cpu"), needs_live=cls.needs_live)
     ctx.output.parent.mkdir(parents=True, exist_ok=True)
     log.info("convert %s -> %s with %s (%s)", conv["source"], conv["output"], cls.name, conv.get("params"))
     outcome = cls().convert(ctx) or ConvertOutcome()
     if not ctx.output.exists():
         raise RuntimeError(f"converter {cls.name} finished without writing {conv['output']}")
-    result = {"exporter": outcome.exporter}
+    result = {"exporter": outcome.exporter, "notes": outcome.notes, "static_shapes": outcome.static_shapes}
     if outcome.io_names:
         result["io_names"] = outcome.io_names
+    for note in outcome.notes:
+        log.warning("%s", note)
     return result
 
 
@@ -130,8 +132,13 @@ def run_verify(ws, task: dict, spec_dict: dict, io_names: dict) -> tuple[dict, o
 
     verify = task["verify"]
     spec = runners.RunnerSpec(**{k: spec_dict[k] for k in ("runner", "device", "provider")})
-    runner = runners.create(spec, ws.abs(task["artifact"]), **spec_dict.get("options", {}))
+    options = dict(spec_dict.get("options") or {})
+    options.setdefault("inputs", [io_names.get(n, n) for n in task.get("input_names", [])])
+    options.setdefault("outputs", [io_names.get(n, n) for n in task.get("output_names", [])])
+    runner = runners.create(spec, ws.abs(task["artifact"]), **options)
+    start = time.perf_counter()
     runner.activate()
+    load_s = time.perf_counter() - start
     inverse = {v: k for k, v in io_names.items()}
     accs = {name: Accumulator(name, OutputRule(**rule)) for name, rule in verify["rules"].items()}
     out_dir = ws.outputs_dir(task["key"], spec.key)
@@ -167,7 +174,7 @@ def run_verify(ws, task: dict, spec_dict: dict, io_names: dict) -> tuple[dict, o
     for name, c in checks.items():
         log.info("%s: %s", name, c)
     result = {"status": "failed" if failed else "ok", "reason": "; ".join(failed)[:1000] or None,
-              "batch_sizes": sorted(sizes_used), "outputs": checks}
+              "batch_sizes": sorted(sizes_used), "outputs": checks, "load_s": round(load_s, 4)}
     return result, runner
 
 
@@ -178,11 +185,23 @@ def run_profile(ws, task: dict, runner, io_names: dict) -> dict:
     prof = task["profile"]
     settings = ProfileSettings(**prof["settings"])
     sample = _rename(npz.load(sorted(ws.inputs_dir.glob("*.npz"))[0]), io_names)
+    if settings.batch_sizes == [0] and prof.get("batch_dim") is not None:   # static shapes: the sample's batch
+        own = next(iter(sample.values())).shape[prof["batch_dim"]]
+        settings.batch_sizes, settings.max_batch_size = [own], max(own, settings.max_batch_size)
     outcome = sweep(runner.infer, sample, prof.get("batch_dim"), settings)
     for r in outcome.results:
         log.info("batch %d: %.1f/s, p50 %.3f ms, p99 %.3f ms", r["batch_size"], r["throughput"],
                  r["latency_ms"]["p50"], r["latency_ms"]["p99"])
     return {"stable": outcome.stable, "results": outcome.results, "reason": outcome.reason}
+
+
+def _static(task: dict) -> dict:
+    """An artifact exported with static shapes runs at the samples' shapes only."""
+    task = json.loads(json.dumps(task))
+    task["verify"]["batch_sizes"] = []
+    if task.get("profile"):
+        task["profile"]["settings"]["batch_sizes"] = [0]   # 0: the sample's own batch size
+    return task
 
 
 def run_job(job: dict) -> int:
@@ -206,6 +225,8 @@ def run_job(job: dict) -> int:
             if result["status"] != "ok":
                 continue
             io_names.update(result.get("io_names") or {})
+            if result.get("static_shapes"):
+                task = _static(task)
         for spec in task["runners"]:
             holder = {}
 

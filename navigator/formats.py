@@ -13,6 +13,7 @@ PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8", "fp8")
 
 # The file each format's artifact is stored as, inside formats/<key>/.
 FILE_NAMES = {
+    "torch": "source.json",
     "onnx": "model.onnx",
     "openvino": "model.xml",
     "torchscript": "model.pt",

@@ -32,7 +32,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TARGETS = {
     "onnx": ("onnx", "onnx-optimized", "openvino?"),   # "?" = only when its packages are installed
+    "torch": ("torch", "torchscript", "torch_export", "onnx", "onnx-optimized"),
 }
+# Added to the defaults on a GPU: AOTInductor takes 10-25 s to compile on a CPU, so there only on request.
+CUDA_DEFAULT_TARGETS = {"torch": ("aoti",)}
 
 
 @dataclass
@@ -93,10 +96,15 @@ def prepare(model: Any, samples: Any, config: NavigatorConfig, reporter) -> tupl
     from navigator.sources import open_source
 
     source = open_source(model, config.model_format)
-    sig = source.signature
     name = config.model_name or source.name
     ws = Workspace.for_model(config.workdir, name)
-    batch_dim = detect_batch_dim(sig, batch_dim=config.batch_dim, no_batching=config.no_batching)
+    if source.signature is None:   # a framework object: its inputs come from the samples (or --shapes)
+        raw, batch_dim = source.resolve(samples, config, config.batch_dim, config.no_batching)
+        if raw is not None:
+            samples = raw
+    else:
+        batch_dim = detect_batch_dim(source.signature, batch_dim=config.batch_dim, no_batching=config.no_batching)
+    sig = source.signature
     info = SamplesInfo()
     if samples is not None and config.samples:
         raise UserInputError("samples given twice: as an argument and as --samples")
@@ -132,8 +140,10 @@ def prepare(model: Any, samples: Any, config: NavigatorConfig, reporter) -> tupl
     for w in warnings:
         log.warning("%s", w)
         reporter.warn(w)
+    reference = source.complete(batches, batch_dim) if hasattr(source, "complete") else None
     _check_output_options(config, sig)
-    meta = {"batch_dim": batch_dim, "profiles": profiles, "samples_info": info, "warnings": warnings}
+    meta = {"batch_dim": batch_dim, "profiles": profiles, "samples_info": info, "warnings": warnings,
+            "reference": reference}
     return ws, source, batches, meta
 
 
@@ -155,6 +165,8 @@ def write_workspace(ws: Workspace, source, batches: list[dict], meta: dict, conf
         shutil.rmtree(ws.root / sub, ignore_errors=True)
     for i, batch in enumerate(batches):
         npz.save(ws.sample_file("inputs", i), batch)
+    for i, outputs in enumerate(meta.get("reference") or []):
+        npz.save(ws.sample_file("reference", i), outputs)
     st = Status(
         model=ModelInfo(name=ws.name, source_format=source.format,
                         path=str(source.path.resolve()) if source.path else None, sha256=source.sha256()),
@@ -169,7 +181,7 @@ def write_workspace(ws: Workspace, source, batches: list[dict], meta: dict, conf
 
 
 # --------------------------------------------------------------------------- plan
-def requested_targets(config: NavigatorConfig, source) -> tuple[list[str], list[str]]:
+def requested_targets(config: NavigatorConfig, source, device: str = "cpu") -> tuple[list[str], list[str]]:
     """(targets to plan, optional defaults dropped because a package is missing)."""
     from navigator.converters.registry import registry
 
@@ -178,6 +190,8 @@ def requested_targets(config: NavigatorConfig, source) -> tuple[list[str], list[
         optional: list[str] = []
     else:
         base = [t.rstrip("?") for t in DEFAULT_TARGETS.get(source.format, (source.key,))]
+        if device == "cuda":
+            base += list(CUDA_DEFAULT_TARGETS.get(source.format, ()))
         optional = [t.rstrip("?") for t in DEFAULT_TARGETS.get(source.format, ()) if t.endswith("?")]
     targets: list[str] = []
     for t in base:
@@ -277,7 +291,9 @@ def _runner_specs(ctx: RunContext, fmt: str) -> list:
 
 def _format_task(ctx: RunContext, item, fmt_status: FormatStatus) -> dict:
     key = item.key
+    sig = ctx.status.signature
     task: dict = {"kind": "format", "key": key, "artifact": fmt_status.path, "io_names": fmt_status.io_names,
+                  "input_names": sig.input_names, "output_names": sig.output_names,
                   "verify": verify_settings(ctx, key), "profile": profile_settings(ctx), "runners": []}
     if item.converter is not None:
         conv = item.converter
@@ -286,7 +302,10 @@ def _format_task(ctx: RunContext, item, fmt_status: FormatStatus) -> dict:
         task["convert"] = {"converter": conv.import_path(), "source": parent.path, "output": fmt_status.path,
                            "params": _params_dict(params), "device": ctx.device}
     for spec in _runner_specs(ctx, fmt_status.format):
-        task["runners"].append(spec.to_dict() | {"key": spec.key})
+        entry = spec.to_dict() | {"key": spec.key}
+        if fmt_status.format == "aoti":
+            entry["options"] = {"compiled_for": ctx.device}
+        task["runners"].append(entry)
     return task
 
 
@@ -335,7 +354,8 @@ def _apply_event(ctx: RunContext, event: dict) -> None:
     fs = ctx.status.formats[key]
     rel_log = f"formats/{key}/{stage}.log"
     if stage == "convert":
-        fs.convert = ConvertStep(status=result["status"], reason=result.get("reason"),
+        notes = "; ".join(result.get("notes") or []) or None
+        fs.convert = ConvertStep(status=result["status"], reason=result.get("reason") or notes,
                                  duration_s=result.get("duration_s"), exporter=result.get("exporter"),
                                  inputs_sha256=fs.convert.inputs_sha256, log=rel_log)
         if result.get("io_names"):
@@ -477,16 +497,74 @@ def run_formats(ctx: RunContext, planned) -> None:
         task = _format_task(ctx, item, fs)
         if item.converter is None:
             _write_reproduce(ctx, item, fs, task)
+        live = _is_live(ctx)
+        if item.converter is not None and item.converter.needs_live and live:
+            _convert_in_process(ctx, item, task)       # the module exists only here
+            task.pop("convert")
+            if fs.convert.status != "ok":
+                _skip_runners(fs, "conversion failed")
+                ctx.save()
+                continue
         tasks = [task]
-        if item.converter is None:
+        if item.converter is None and ctx.source.reference_runner:
             tasks.insert(0, {"kind": "reference", "key": "reference", "artifact": fs.path,
                              "runner": {k: v for k, v in ctx.source.reference_runner.items() if k != "options"},
                              "options": ctx.source.reference_runner.get("options", {})})
-        run_job(ctx, item.key, tasks, fdir / "worker.log", _sys_path_for(item.converter) if item.converter else [])
+        if item.converter is None and live:
+            _run_job_in_process(ctx, item.key, tasks)
+        else:
+            run_job(ctx, item.key, tasks, fdir / "worker.log",
+                    _sys_path_for(item.converter) if item.converter else [])
         _explain_skips(fs, ctx.config)
         ctx.save()
         if item.converter is None and not any(ctx.ws.reference_dir.glob("*.npz")):
             raise_reference_failed(ctx)
+
+
+def _is_live(ctx: RunContext) -> bool:
+    """The source is an object of this process that no worker can rebuild."""
+    return ctx.source.obj is not None and not getattr(ctx.source, "factory", None)
+
+
+def _convert_in_process(ctx: RunContext, item, task: dict) -> None:
+    """Run an edge that needs the live object here (isolated: false), as a worker would."""
+    from navigator import _worker
+
+    ctx.status.formats[item.key].isolated = False
+    _run_job_in_process(ctx, item.key, [dict(task, runners=[], profile=None)])
+
+
+def _run_job_in_process(ctx: RunContext, name: str, tasks: list[dict]) -> None:
+    """A job run by this process (a live source): the same code and events as a worker,
+    without its isolation or timeout. CUDA runners are skipped: this process never
+    initialises CUDA."""
+    import json
+
+    from navigator import _worker
+
+    events = ctx.ws.jobs_dir / f"{name}.events.jsonl"
+    events.parent.mkdir(parents=True, exist_ok=True)
+    events.write_text("")
+    kept = []
+    for task in tasks:
+        if task.get("kind") == "format":
+            fs = ctx.status.formats[task["key"]]
+            fs.isolated = False
+            for spec in [r for r in task["runners"] if r["device"] != "cpu"]:
+                rs = fs.runners[spec["key"]]
+                why = ("a live module runs in the calling process, which never initialises CUDA; pass "
+                       "path/to/file.py:factory (CLI) so a worker can rebuild it on the GPU")
+                rs.verify = VerifyStep(status="skipped", reason=why)
+                rs.profile = ProfileStep(status="skipped", reason=why)
+            task = dict(task, runners=[r for r in task["runners"] if r["device"] == "cpu"])
+        kept.append(task)
+    job = {"workspace": str(ctx.ws.root), "events": str(events), "tasks": kept}
+    start = time.perf_counter()
+    _worker.run_job(job)
+    for line in events.read_text().splitlines():
+        if line.strip():
+            _apply_event(ctx, json.loads(line))
+    ctx.timings.setdefault("workers", []).append((f"{name} (in process)", time.perf_counter() - start, {}))
 
 
 def _cannot_convert_here(ctx: RunContext, converter) -> str | None:
@@ -608,7 +686,7 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
     config = config.resolved()
     device, runner_devices = resolve_device(config.device)
     ws, source, batches, meta = prepare(model, samples, config, reporter)
-    targets, dropped = requested_targets(config, source)
+    targets, dropped = requested_targets(config, source, device)
     planned, unsupported = plan_formats(config, source, targets)
     ws.root.mkdir(parents=True, exist_ok=True)
     timings: dict = {"prepare_s": time.perf_counter() - t0}
@@ -619,6 +697,10 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
             log.info("navigator convert %s into %s (device %s)", source.path or type(source.obj).__name__, ws.root,
                      device)
             st = write_workspace(ws, source, batches, meta, config, device)
+            if source.format == "torch" and not getattr(source, "factory", None):
+                from navigator import torch_support
+
+                torch_support.LIVE[str(ws.root)] = torch_support.flat_module(source.obj, source.io)
             ctx = RunContext(config=config, ws=ws, status=st, source=source, device=device, reporter=reporter,
                              runner_devices=runner_devices,
                              verify_func=verify_func, timings=timings)

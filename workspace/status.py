@@ -69,6 +69,7 @@ class VerifyStep(Record):
     duration_s: float | None = None
     batch_sizes: list[int] = field(default_factory=list)
     outputs: dict[str, OutputCheck] = field(default_factory=dict)
+    load_s: float | None = None        # loading the runner (and compiling, for torch_compile)
     log: str | None = None
 
     _nested: ClassVar = {"outputs": (OutputCheck, "dict")}

@@ -16,6 +16,11 @@ from navigator.errors import UserInputError
 _CLASSES = {
     "onnxruntime": ("navigator.runners.onnxruntime", "OnnxruntimeRunner"),
     "openvino": ("navigator.runners.openvino", "OpenVINORunner"),
+    "torch": ("navigator.runners.torch", "TorchEagerRunner"),
+    "torch_compile": ("navigator.runners.torch", "TorchCompileRunner"),
+    "torchscript": ("navigator.runners.torch", "TorchScriptRunner"),
+    "torch_export": ("navigator.runners.torch", "TorchExportRunner"),
+    "aoti": ("navigator.runners.torch", "AotiRunner"),
 }
 
 
@@ -47,6 +52,11 @@ _BY_FORMAT: dict[str, dict[str, tuple[RunnerSpec, ...]]] = {
         "cpu": (RunnerSpec("openvino", "cpu", None, ("openvino",)),),
         "cuda": (),
     },
+    "torch": {d: (RunnerSpec("torch", d, None, ("torch",)), RunnerSpec("torch_compile", d, None, ("torch",)))
+              for d in ("cpu", "cuda")},
+    "torchscript": {d: (RunnerSpec("torchscript", d, None, ("torch",)),) for d in ("cpu", "cuda")},
+    "torch_export": {d: (RunnerSpec("torch_export", d, None, ("torch",)),) for d in ("cpu", "cuda")},
+    "aoti": {d: (RunnerSpec("aoti", d, None, ("torch",)),) for d in ("cpu", "cuda")},
 }
 
 

@@ -1,0 +1,95 @@
+"""PyTorch module to ONNX: the dynamo exporter first, the legacy exporter as the fallback."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from navigator.converters.base import Converter, ConvertContext, ConvertOutcome, main
+from navigator.converters.onnx_io import TWO_GB
+from navigator.converters.registry import register
+
+
+@dataclass(frozen=True)
+class TorchOnnxParams:
+    opset: int | None = None                        # None: the exporter's default
+    strategies: tuple = ("dynamo", "legacy")        # tried in this order
+
+
+@dataclass
+class Attempt:
+    """One capture strategy's record: the strategy, and its error if it failed."""
+
+    strategy: str
+    error: str | None = None
+
+
+def _dynamic_axes(signature) -> dict:
+    axes = {}
+    for t in signature.inputs + signature.outputs:
+        dyn = {a: f"{t.name}_dim{a}" for a, d in enumerate(t.shape) if d < 0}
+        if dyn:
+            axes[t.name] = dyn
+    return axes
+
+
+def _export(strategy: str, ctx: ConvertContext, params: TorchOnnxParams) -> None:
+    import warnings
+
+    import torch
+
+    from navigator.torch_support import dynamic_shapes
+
+    live = ctx.live
+    sig = ctx.signature
+    big = sum(p.numel() * p.element_size() for p in live.module.parameters()) > TWO_GB - (64 << 20)
+    kwargs = dict(input_names=sig.input_names, output_names=sig.output_names)
+    if params.opset:
+        kwargs["opset_version"] = params.opset
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if strategy == "dynamo":
+            torch.onnx.export(live.module, live.example, str(ctx.output), dynamo=True, external_data=big,
+                              dynamic_shapes=dynamic_shapes(sig, live.profile), **kwargs)
+        elif strategy == "legacy":
+            torch.onnx.export(live.module, live.example, str(ctx.output), dynamo=False,
+                              dynamic_axes=_dynamic_axes(sig), **kwargs)
+        else:
+            raise ValueError(f"unknown ONNX export strategy {strategy!r}")
+
+
+@register
+class TorchToOnnx(Converter):
+    """torch.onnx.export: strategies in order; the first that works is recorded as `exporter`."""
+
+    name = "torch_to_onnx"
+    source = "torch"
+    target = "onnx"
+    requires = ("torch", "onnx")
+    needs_live = True
+    Params = TorchOnnxParams
+
+    def convert(self, ctx: ConvertContext) -> ConvertOutcome:
+        import onnx
+
+        attempts: list[Attempt] = []
+        for strategy in ctx.params.strategies:
+            for leftover in (ctx.output, ctx.output.with_name(ctx.output.name + ".data")):
+                if leftover.exists():
+                    os.unlink(leftover)
+            try:
+                _export(strategy, ctx, ctx.params)
+                onnx.checker.check_model(str(ctx.output))
+                attempts.append(Attempt(strategy))
+                break
+            except Exception as e:
+                attempts.append(Attempt(strategy, " ".join(f"{type(e).__name__}: {e}".split())[:600]))
+                ctx.log.warning("ONNX export with the %s exporter failed: %s", strategy, attempts[-1].error)
+        else:
+            raise RuntimeError(f"every ONNX exporter failed; first: {attempts[0].error}")
+        notes = [f"{a.strategy} failed: {a.error}" for a in attempts if a.error]
+        return ConvertOutcome(exporter=attempts[-1].strategy, notes=notes)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(TorchToOnnx))

@@ -1,0 +1,52 @@
+"""PyTorch module to an ExportedProgram (.pt2) with dynamic dims from the shape profile."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from navigator.converters.base import Converter, ConvertContext, ConvertOutcome, main
+from navigator.converters.registry import register
+
+
+@dataclass(frozen=True)
+class TorchExportParams:
+    strict: bool = False
+    static_fallback: bool = True    # export with static shapes when dynamic export fails
+
+
+@register
+class TorchToTorchExport(Converter):
+    """torch.export.export with a Dim per dynamic dim; static shapes as the fallback, reason kept."""
+
+    name = "torch_to_torch_export"
+    source = "torch"
+    target = "torch_export"
+    requires = ("torch",)
+    needs_live = True
+    Params = TorchExportParams
+
+    def convert(self, ctx: ConvertContext) -> ConvertOutcome:
+        import torch
+
+        from navigator.torch_support import dynamic_shapes
+
+        live = ctx.live
+        notes = []
+        try:
+            ep = torch.export.export(live.module, live.example, strict=ctx.params.strict,
+                                     dynamic_shapes=dynamic_shapes(ctx.signature, live.profile))
+            exporter = "torch.export"
+        except Exception as e:
+            if not ctx.params.static_fallback:
+                raise
+            reason = " ".join(f"{type(e).__name__}: {e}".split())[:400]
+            ctx.log.warning("dynamic export failed, trying static shapes: %s", reason)
+            ep = torch.export.export(live.module, live.example, strict=ctx.params.strict)
+            exporter = "torch.export (static shapes)"
+            notes.append(f"dynamic shapes failed: {reason}")
+        torch.export.save(ep, str(ctx.output))
+        return ConvertOutcome(exporter=exporter, notes=notes, static_shapes=bool(notes))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(TorchToTorchExport))

@@ -1,0 +1,126 @@
+"""PyTorch runners: eager, torch.compile, TorchScript, ExportedProgram, AOTInductor.
+
+All take flat tensors in the order of ``options["inputs"]`` (the artifact's
+input names) and return ``{name: ndarray}`` in the order of
+``options["outputs"]``. On ``cpu`` no CUDA call is made, so CPU-only torch
+builds work; on ``cuda`` a missing GPU is ``skipped``, not ``failed``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from navigator.runners.base import Runner, RunnerUnavailable
+
+
+class _TorchRunner(Runner):
+    requires = ("torch",)
+
+    def activate_impl(self) -> None:
+        import torch
+
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise RunnerUnavailable("torch has no CUDA device here (CPU-only build or no GPU)")
+        self._torch = torch
+        self.input_names = list(self.options.get("inputs") or [])
+        self.output_names = list(self.options.get("outputs") or [])
+        start = time.perf_counter()
+        self.fn = self.load()
+        self.load_s = time.perf_counter() - start
+
+    def load(self):
+        raise NotImplementedError
+
+    def infer_impl(self, feeds: dict) -> dict:
+        torch = self._torch
+        args = tuple(torch.from_numpy(feeds[n]).to(self.device) for n in self.input_names)
+        with torch.inference_mode():
+            out = self.fn(*args)
+        if isinstance(out, torch.Tensor):
+            out = (out,)
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        result = {}
+        for name, t in zip(self.output_names, out):
+            t = t.detach().to("cpu")
+            result[name] = (t.float() if t.dtype == torch.bfloat16 else t).numpy()
+        return result
+
+    def deactivate_impl(self) -> None:
+        del self.fn
+        if self.device == "cuda":
+            self._torch.cuda.empty_cache()
+
+
+class TorchEagerRunner(_TorchRunner):
+    """The source module itself (rebuilt from its factory, or the live one in this process)."""
+
+    name = "torch"
+
+    def module(self):
+        from pathlib import Path
+
+        from navigator import torch_support as ts
+
+        folder = Path(self.path).parent
+        record = json.loads(Path(self.path).read_text())
+        io = ts.read_io(folder)
+        if record["kind"] == "factory":
+            module = ts.flat_module(ts.prepare_module(ts.load_factory(f"{record['file']}:{record['factory']}")), io)
+        else:
+            module = ts.LIVE.get(str(folder.parent.parent.resolve()))
+            if module is None:
+                raise RunnerUnavailable("the live module exists only in the process that called navigator.convert")
+        return module.to(self.device)
+
+    def load(self):
+        return self.module()
+
+
+class TorchCompileRunner(TorchEagerRunner):
+    """torch.compile of the source module; the compile time is ``load_s`` (measured on a
+    first inference of the stored sample), apart from inference."""
+
+    name = "torch_compile"
+
+    def load(self):
+        from pathlib import Path
+
+        from navigator.workspace import npz
+
+        compiled = self._torch.compile(self.module(), mode=self.options.get("compile_mode") or None)
+        ws = Path(self.path).parent.parent.parent
+        sample = npz.load(sorted((ws / "samples" / "inputs").glob("*.npz"))[0])
+        self.fn = compiled
+        self.infer_impl({n: sample[n] for n in self.input_names})   # compiles
+        return compiled
+
+
+class TorchScriptRunner(_TorchRunner):
+    name = "torchscript"
+
+    def load(self):
+        module = self._torch.jit.load(str(self.path), map_location=self.device)
+        return module.eval()
+
+
+class TorchExportRunner(_TorchRunner):
+    name = "torch_export"
+
+    def load(self):
+        return self._torch.export.load(str(self.path)).module().to(self.device)
+
+
+class AotiRunner(_TorchRunner):
+    """An AOTInductor package runs on the device it was compiled for."""
+
+    name = "aoti"
+
+    def load(self):
+        import torch._inductor
+
+        compiled_for = self.options.get("compiled_for")
+        if compiled_for and compiled_for != self.device:
+            raise RunnerUnavailable(f"this AOTInductor package was compiled for {compiled_for}, not {self.device}")
+        return torch._inductor.aoti_load_package(str(self.path))

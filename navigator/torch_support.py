@@ -1,0 +1,326 @@
+"""PyTorch sources: the live module, its calling convention, flat I/O names.
+
+Every torch artifact Navigator writes takes flat positional tensors and
+returns a flat tuple of tensors: ``flat_module`` wraps the user's module so
+that tensor / tuple / dict inputs and tensor / tuple / list / dict /
+namedtuple outputs all become that shape, and ``io.json`` in
+``formats/torch/`` records the names and the output tree so results can be
+handed back in the original structure. torch is imported inside functions
+only: importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import logging
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from navigator.errors import UserInputError
+
+log = logging.getLogger(__name__)
+
+
+def is_torch_module(obj: Any) -> bool:
+    """True for an ``nn.Module`` instance, without importing torch."""
+    return any(c.__module__ == "torch.nn.modules.module" and c.__name__ == "Module" for c in type(obj).__mro__)
+
+
+@dataclass
+class TorchIO:
+    """How to call the module and what its flat inputs/outputs are named."""
+
+    call: str                                   # positional | kwargs | dict
+    inputs: list[str]
+    outputs: list[str] = field(default_factory=list)
+    treespec: str | None = None                 # torch.utils._pytree.treespec_dumps of the outputs
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> "TorchIO":
+        return cls(**json.loads(text))
+
+
+# ------------------------------------------------------------------ loading sources
+def load_factory(spec: str):
+    """``path/to/file.py:factory`` -> the module the factory returns (in eval mode)."""
+    path_text, sep, attr = spec.rpartition(":")
+    if not sep or not path_text or not attr:
+        raise UserInputError(f"{spec!r}: expected path/to/file.py:factory")
+    path = Path(path_text)
+    if not path.is_file():
+        raise UserInputError(f"{path}: no such file (from {spec!r})")
+    name = f"navigator_user_{abs(hash(str(path.resolve())))}"
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise UserInputError(f"{path}: cannot be imported as Python")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as e:
+        raise UserInputError(f"{path}: importing it failed ({type(e).__name__}: {e})") from None
+    factory = getattr(module, attr, None)
+    if factory is None:
+        have = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
+        raise UserInputError(f"{path} has no {attr!r}; callables there: {', '.join(have) or 'none'}")
+    try:
+        model = factory() if callable(factory) and not is_torch_module(factory) else factory
+    except Exception as e:
+        raise UserInputError(f"{spec}: the factory raised {type(e).__name__}: {e}") from None
+    if not is_torch_module(model):
+        raise UserInputError(f"{spec}: the factory returned {type(model).__name__}, not a torch.nn.Module")
+    return model.eval()
+
+
+# ------------------------------------------------------------------ calling convention
+def forward_parameters(module) -> list[str]:
+    params = inspect.signature(module.forward).parameters.values()
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def call_convention(module, batch: Any) -> TorchIO:
+    """How a user batch maps onto ``forward``: one tensor or a tuple -> positional,
+    a dict whose keys are forward's parameters -> kwargs, another dict -> one dict argument."""
+    params = forward_parameters(module)
+    if isinstance(batch, dict):
+        keys = [str(k) for k in batch]
+        if params and set(keys) <= set(params):
+            return TorchIO(call="kwargs", inputs=[p for p in params if p in keys])
+        return TorchIO(call="dict", inputs=keys)
+    if isinstance(batch, (tuple, list)):
+        names = [params[i] if i < len(params) else f"input_{i}" for i in range(len(batch))]
+        return TorchIO(call="positional", inputs=names)
+    return TorchIO(call="positional", inputs=[params[0] if params else "input"])
+
+
+def batch_as_dict(batch: Any, io: TorchIO) -> dict:
+    """A user batch as ``{input name: tensor}`` in the convention's order."""
+    if isinstance(batch, dict):
+        return {name: batch[name] for name in io.inputs}
+    if isinstance(batch, (tuple, list)):
+        return dict(zip(io.inputs, batch))
+    return {io.inputs[0]: batch}
+
+
+def output_names(outputs: Any) -> tuple[list[str], str]:
+    """Stable names for the leaves of a tensor / tuple / list / dict / namedtuple output,
+    and the serialized tree to rebuild it."""
+    from torch.utils import _pytree as pytree
+
+    leaves, spec = pytree.tree_flatten_with_path(outputs)
+    names = []
+    for path, leaf in leaves:
+        if not hasattr(leaf, "shape"):
+            raise UserInputError(f"the model returns a non-tensor ({type(leaf).__name__}) at "
+                                 f"{pytree.keystr(path) or 'the top'}; only tensors can be served")
+        parts = []
+        for entry in path:
+            for attr in ("key", "name", "idx"):
+                if hasattr(entry, attr):
+                    parts.append(str(getattr(entry, attr)))
+                    break
+        if not parts:
+            name = "output"
+        elif all(isinstance(getattr(e, "idx", None), int) for e in path) and len(path) == 1:
+            name = f"output_{parts[0]}"
+        else:
+            name = ".".join(parts)
+        names.append(name)
+    if len(set(names)) != len(names):
+        names = [f"output_{i}" for i in range(len(names))]
+    try:
+        tree = pytree.treespec_dumps(pytree.tree_structure(outputs))
+    except Exception:  # a custom container pytree cannot serialize: flat outputs only
+        tree = None
+    return names, tree
+
+
+def unflatten(outputs: dict, io: TorchIO):
+    """Outputs by name back in the module's original structure (a tensor, dict, tuple …)."""
+    if io.treespec is None:
+        return outputs
+    from torch.utils import _pytree as pytree
+
+    return pytree.tree_unflatten([outputs[n] for n in io.outputs], pytree.treespec_loads(io.treespec))
+
+
+def flat_module(module, io: TorchIO):
+    """The user's module behind flat positional tensors in and a flat tuple out."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    names = list(io.inputs)
+    call = io.call
+
+    class FlatModule(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args):
+            if call == "kwargs":
+                out = self.inner(**dict(zip(names, args)))
+            elif call == "dict":
+                out = self.inner(dict(zip(names, args)))
+            else:
+                out = self.inner(*args)
+            return tuple(pytree.tree_leaves(out))
+
+    return FlatModule(module).eval()
+
+
+def dynamic_shapes(signature, profile: dict | None):
+    """torch.export dynamic shapes for the flat module: one Dim per dynamic dim,
+    bounded by the shape profile; dims shared by name across inputs share a Dim."""
+    import torch
+
+    Dim = torch.export.Dim
+    dims: dict[tuple[int, int, int], Any] = {}
+    per_input = []
+    for spec in signature.inputs:
+        entry = {}
+        for axis, d in enumerate(spec.shape):
+            if d >= 0:
+                continue
+            lo, hi = 1, 1 << 16
+            if profile and spec.name in profile:
+                lo = max(1, int(profile[spec.name]["min"][axis]))
+                hi = max(lo + 1, int(profile[spec.name]["max"][axis]))
+            key = (axis, lo, hi)   # the same range at the same axis: the same symbol (batch across inputs)
+            if key not in dims:
+                dims[key] = Dim(f"d{axis}_{len(dims)}", min=lo, max=hi)
+            entry[axis] = dims[key]
+        per_input.append(entry or None)
+    return (tuple(per_input),)
+
+
+def to_tensors(sample: dict, names: list[str], device: str = "cpu") -> tuple:
+    import torch
+
+    return tuple(torch.from_numpy(sample[n]).to(device) for n in names)
+
+
+def to_numpy(outputs: tuple | list, names: list[str]) -> dict:
+    out = {}
+    for name, t in zip(names, outputs):
+        t = t.detach().to("cpu")
+        if str(t.dtype) == "torch.bfloat16":
+            t = t.float()
+        out[name] = t.numpy()
+    return out
+
+
+def write_io(folder: Path, io: TorchIO) -> None:
+    from navigator.workspace.atomic import write_text
+
+    write_text(folder / "io.json", io.to_json())
+
+
+def read_io(folder: Path) -> TorchIO:
+    p = folder / "io.json"
+    if not p.is_file():
+        raise UserInputError(f"{p}: missing; the torch source was not recorded")
+    return TorchIO.from_json(p.read_text())
+
+
+def source_record(spec: str | None) -> dict:
+    """How a worker rebuilds the live module: a factory spec, or only in the calling process."""
+    if spec:
+        path, _, attr = spec.rpartition(":")
+        return {"kind": "factory", "file": os.path.abspath(path), "factory": attr}
+    return {"kind": "live"}
+
+
+# ------------------------------------------------------------------ the source in the calling process
+def prepare_module(module):
+    """A CPU fp32 copy in eval mode when the module lives elsewhere; the module itself
+    otherwise (the user's object is never changed in place)."""
+    import copy
+
+    import torch
+
+    params = list(module.parameters()) + list(module.buffers())
+    needs_copy = any(p.device.type != "cpu" or (p.is_floating_point() and p.dtype != torch.float32) for p in params)
+    if needs_copy:
+        module = copy.deepcopy(module).to("cpu").float()
+    return module.eval()
+
+
+def call_module(module, io: TorchIO, tensors: tuple):
+    if io.call == "kwargs":
+        return module(**dict(zip(io.inputs, tensors)))
+    if io.call == "dict":
+        return module(dict(zip(io.inputs, tensors)))
+    return module(*tensors)
+
+
+def run_reference(module, io: TorchIO, batches: list[dict]) -> tuple[list[dict], list]:
+    """Eager fp32 on the CPU without autocast: the reference outputs per batch, and
+    the output leaves of the first batch's raw result (for names and the tree)."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    results, first = [], None
+    with torch.no_grad(), torch.autocast("cpu", enabled=False):
+        for i, batch in enumerate(batches):
+            out = call_module(module, io, to_tensors(batch, io.inputs))
+            if i == 0:
+                first = out
+                io.outputs, io.treespec = output_names(out)
+            leaves = pytree.tree_leaves(out)
+            results.append(to_numpy(leaves, io.outputs))
+    return results, first
+
+
+def user_batch_to_numpy(batch: Any, io: TorchIO, where: str) -> dict:
+    from navigator.samples import _to_numpy
+
+    return {name: _to_numpy(value, f"{where}, input '{name}'") for name, value in batch_as_dict(batch, io).items()}
+
+
+# ------------------------------------------------------------------ the live module for converters and runners
+# Live modules of runs in this process, by workspace root: converters and runners
+# that need the module and run in the calling process find it here.
+LIVE: dict[str, Any] = {}
+
+
+@dataclass
+class LiveModel:
+    """What an export needs: the flat module, its I/O, an example input, the profile."""
+
+    module: Any
+    io: TorchIO
+    example: tuple
+    signature: Any
+    profile: dict | None
+
+
+def live_from_workspace(ws_root: Path, signature, profiles: list) -> LiveModel:
+    """The module of a workspace: from this process (a live source) or rebuilt from
+    its factory (``formats/torch/source.json``)."""
+    from navigator.workspace import npz
+
+    folder = Path(ws_root) / "formats" / "torch"
+    io = read_io(folder)
+    record = json.loads((folder / "source.json").read_text())
+    if record["kind"] == "factory":
+        module = flat_module(prepare_module(load_factory(f"{record['file']}:{record['factory']}")), io)
+    else:
+        module = LIVE.get(str(Path(ws_root).resolve()))
+        if module is None:
+            raise UserInputError("the source was a live nn.Module that exists only in the process that called "
+                                 "navigator.convert; re-run it from there, or pass path/to/file.py:factory")
+    example = to_tensors(npz.load(sorted((Path(ws_root) / "samples" / "inputs").glob("*.npz"))[0]), io.inputs)
+    return LiveModel(module=module, io=io, example=example, signature=signature,
+                     profile=profiles[0] if profiles else None)
