@@ -42,6 +42,43 @@ class Result:
     def formats(self) -> dict:
         return self.status.formats
 
+    def to_triton(self, repo: str | os.PathLike | None = None, **options):
+        """Write a Triton model repository (default ``<workspace>/triton/``), as
+        ``navigator triton WS``; ``options`` are its options in snake_case
+        (``formats="all"``, ``max_batch_size=16``, ``kind="gpu"``, ``preprocess="pre.py"``).
+        Returns ``navigator.triton.repository.EmitResult`` (``.repo``, ``.version``, ``.models``)."""
+        from navigator.triton import emit, from_mapping
+
+        if repo is not None:
+            options["repo"] = os.fspath(repo)
+        return emit(self.workspace, from_mapping(options, source="result.to_triton()"), status=self.status)
+
+    def gate(self, policy, *, baseline: str | os.PathLike | None = None, junit: str | os.PathLike | None = None,
+             markdown: str | os.PathLike | None = None, raise_on_failure: bool = False):
+        """Check this workspace against a release policy (a YAML path or a mapping, as
+        ``navigator gate``): returns a ``navigator.gate.GateResult`` (``.passed``,
+        ``.checks``), written to report/gate.json (and ``junit`` / ``markdown`` when
+        given). A malformed policy raises UserInputError; a failed gate raises
+        GateFailed only with ``raise_on_failure=True``."""
+        from navigator.errors import GateFailed
+        from navigator.gate import evaluate
+
+        result = evaluate(self.workspace, policy, baseline=baseline)
+        result.write(self.workspace, junit=junit, markdown=markdown)
+        if raise_on_failure and not result.passed:
+            raise GateFailed("; ".join(f"{c.name}: {c.message}" for c in result.failures))
+        return result
+
+    def unflatten(self, outputs: dict):
+        """Outputs by name (as runners return them) back in the source model's own
+        structure (a PyTorch module's dict / tuple / namedtuple); unchanged otherwise."""
+        io_file = self.workspace / "formats" / "torch" / "io.json"
+        if not io_file.is_file():
+            return outputs
+        from navigator import torch_support
+
+        return torch_support.unflatten(outputs, torch_support.read_io(io_file.parent), str(self.workspace))
+
     def runner(self, key: str | None = None, runner: str | None = None):
         """A loaded, active runner for format ``key`` (default: the best one). Use it
         as a callable on ``{input name: ndarray}``; close it with ``deactivate()``
@@ -62,7 +99,36 @@ class Result:
             raise UserInputError(f"format {key!r} has no runner {chosen!r}; have: {', '.join(fs.runners)}")
         rs = fs.runners[chosen]
         spec = runners.RunnerSpec(rs.runner, rs.device, rs.provider)
-        return runners.create(spec, self.workspace / fs.path).activate()
+        sig = self.status.signature
+        names = {"inputs": [fs.io_names.get(n, n) for n in sig.input_names],
+                 "outputs": [fs.io_names.get(n, n) for n in sig.output_names]}
+        runner_obj = runners.create(spec, self.workspace / fs.path, **names).activate()
+        return _Renamed(runner_obj, fs.io_names) if any(k != v for k, v in fs.io_names.items()) else runner_obj
+
+
+class _Renamed:
+    """A runner fed and answering with the workspace's names when the artifact's
+    own names differ (TorchScript's INPUT__0 ...)."""
+
+    def __init__(self, runner, io_names: dict):
+        self.runner = runner
+        self.to_artifact = dict(io_names)
+        self.from_artifact = {v: k for k, v in io_names.items()}
+
+    def infer(self, feeds: dict) -> dict:
+        out = self.runner.infer({self.to_artifact.get(k, k): v for k, v in feeds.items()})
+        return {self.from_artifact.get(k, k): v for k, v in out.items()}
+
+    __call__ = infer
+
+    def deactivate(self) -> None:
+        self.runner.deactivate()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.deactivate()
 
 
 def run_convert(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_func: Callable | None = None):

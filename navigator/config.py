@@ -52,7 +52,14 @@ class NavigatorConfig:
     force: bool = False
     verify_batch_sizes: tuple[int, ...] | None = None
     converter_params: dict | None = None            # {converter name: {param: value}}
+    runners: tuple[str, ...] | None = None          # runner names to use (default: every one that fits)
     seed: int | None = None
+    triton_repo: str | None = None                  # write a Triton repository there at the end (navigator.triton)
+    # TensorRT / TensorRT-RTX engine builds (onnx -> tensorrt(_rtx), Torch-TensorRT)
+    trt_plugins: tuple[str, ...] | None = None      # plugin libraries (.so), stored as absolute paths
+    trt_workspace_mb: int | None = None             # builder workspace limit, MiB (default 8192)
+    trt_opt_level: int | None = None                # builder optimisation level 0-5 (default: TensorRT's, 3)
+    trt_version_compatible: bool = False            # TensorRT engines that load on later TensorRT 10.x/11.x
 
     # Defaults, resolved once.
     DEFAULTS = {
@@ -204,7 +211,7 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
     for key, value in values.items():
         if key in ("shape_profiles",):
             changes[key] = tuple(value)
-        elif key in ("targets", "target_precisions"):
+        elif key in ("targets", "target_precisions", "runners"):
             items = _as_tuple_of_str(key, value)
             if key == "target_precisions":
                 bad = [p for p in items if p not in PRECISIONS]
@@ -290,6 +297,22 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
             for name, params in value.items():
                 merged.setdefault(name, {}).update(params)
             changes[key] = merged
+        elif key == "trt_plugins":
+            paths = []
+            for item in _as_tuple_of_str(key, value):
+                path = Path(item).expanduser()
+                if not path.is_file():
+                    raise UserInputError(f"--trt-plugins: {item}: no such file")
+                paths.append(str(path.resolve()))
+            changes[key] = tuple(paths)
+        elif key in ("trt_workspace_mb", "trt_opt_level"):
+            _check_type(key, value, int)
+            if key == "trt_opt_level" and not 0 <= value <= 5:
+                raise UserInputError(f"trt_opt_level: must be 0..5 (TensorRT's builder optimisation level), "
+                                     f"got {value}")
+            if key == "trt_workspace_mb" and value < 1:
+                raise UserInputError(f"trt_workspace_mb: must be >= 1 MiB, got {value}")
+            changes[key] = value
         elif key in ("sample_count", "max_batch_size", "batch_dim", "seed"):
             _check_type(key, value, int)
             if key != "seed" and value < (0 if key == "batch_dim" else 1):
@@ -300,9 +323,9 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
             if value <= 0:
                 raise UserInputError(f"{key}: must be > 0 seconds, got {value}")
             changes[key] = float(value)
-        elif key in ("no_batching", "no_profile", "allow_failures", "force", "allow_nan"):
+        elif key in ("no_batching", "no_profile", "allow_failures", "force", "allow_nan", "trt_version_compatible"):
             changes[key] = bool(_check_type(key, value, bool))
-        elif key in ("workdir", "samples"):
+        elif key in ("workdir", "samples", "triton_repo"):
             changes[key] = os.fspath(_check_type(key, value, (str, os.PathLike)))
         else:  # model_name, model_format
             changes[key] = _check_type(key, value, str)

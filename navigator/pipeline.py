@@ -52,6 +52,7 @@ class RunContext:
     verify_func: Callable | None = None
     timings: dict = field(default_factory=dict)
     process_starts: int = 0
+    static_keys: set = field(default_factory=set)   # formats exported with static shapes only
 
     def save(self) -> None:
         status_mod.save(self.status, self.ws.status_path)
@@ -224,6 +225,11 @@ def plan_formats(config: NavigatorConfig, source, targets: list[str]):
             key = formats.parse_key(t) if _is_key(t) else None
             if key is not None and key.precision != "fp32":
                 unsupported.append(t)
+    if config.runners:
+        known = runners.known_runners()
+        bad = [r for r in config.runners if r not in known]
+        if bad:
+            raise UserInputError(f"--runners: unknown runner {bad[0]!r}; known: {', '.join(known)}")
     planned = plan(source.key, [t for t in targets if t not in unsupported], edges)
     names = {e.name for e in edges}
     unknown = sorted(set(config.converter_params or {}) - names)
@@ -286,7 +292,9 @@ def _sys_path_for(cls) -> list[str]:
 
 
 def _runner_specs(ctx: RunContext, fmt: str) -> list:
-    return [spec for device in ctx.runner_devices for spec in runners.specs_for(fmt, device)]
+    chosen = ctx.config.runners
+    return [spec for device in ctx.runner_devices for spec in runners.specs_for(fmt, device)
+            if not chosen or spec.runner in chosen]
 
 
 def _format_task(ctx: RunContext, item, fmt_status: FormatStatus) -> dict:
@@ -360,6 +368,8 @@ def _apply_event(ctx: RunContext, event: dict) -> None:
                                  inputs_sha256=fs.convert.inputs_sha256, log=rel_log)
         if result.get("io_names"):
             fs.io_names.update(result["io_names"])
+        if result.get("static_shapes"):
+            ctx.static_keys.add(key)
     else:
         rs = fs.runners[event["runner"]]
         if stage == "verify":
@@ -501,6 +511,11 @@ def run_formats(ctx: RunContext, planned) -> None:
         if item.converter is not None and item.converter.needs_live and live:
             _convert_in_process(ctx, item, task)       # the module exists only here
             task.pop("convert")
+            task["io_names"] = dict(fs.io_names)
+            if item.key in ctx.static_keys:
+                from navigator._worker import _static
+
+                task = _static(task)
             if fs.convert.status != "ok":
                 _skip_runners(fs, "conversion failed")
                 ctx.save()
@@ -701,6 +716,8 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
                 from navigator import torch_support
 
                 torch_support.LIVE[str(ws.root)] = torch_support.flat_module(source.obj, source.io)
+                if source.io.memory_tree is not None:
+                    torch_support.TREESPECS[str(ws.root)] = source.io.memory_tree
             ctx = RunContext(config=config, ws=ws, status=st, source=source, device=device, reporter=reporter,
                              runner_devices=runner_devices,
                              verify_func=verify_func, timings=timings)
@@ -722,6 +739,9 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
             st.best = select_best(st, no_profile=config.no_profile)
             st.state = "complete"
             ctx.save()
+            if config.triton_repo:   # --triton-repo: the Triton repository of the best format (navigator.triton)
+                from navigator.triton import after_convert
+                after_convert(ws.root, st, config.triton_repo, reporter)
             code, failures = outcome_code(st, [t for t in targets if t in st.formats])
             timings["total_s"] = time.perf_counter() - t0
             timings["process_starts"] = ctx.process_starts

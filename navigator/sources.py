@@ -178,15 +178,22 @@ class TorchSource(Source):
 
         try:
             reference, _ = ts.run_reference(self.obj, self.io, batches)
-            probe = None
-            if batch_dim is not None:   # one more run at another batch size shows which output dims follow it
-                size = next(iter(batches[0].values())).shape[batch_dim]
-                probe, _ = ts.run_reference(self.obj, self.io, [batch_of(batches[0], batch_dim, size + 1)])
         except UserInputError:
             raise
         except Exception as e:
             raise UserInputError(f"the model failed on the samples in eager mode ({type(e).__name__}: "
                                  f"{' '.join(str(e).split())[:300]})") from None
+        probe = None
+        if batch_dim is not None:   # one more run at another batch size shows which output dims follow it
+            size = next(iter(batches[0].values())).shape[batch_dim]
+            try:
+                probe, _ = ts.run_reference(self.obj, self.io, [batch_of(batches[0], batch_dim, size + 1)])
+            except Exception as e:
+                import logging
+
+                logging.getLogger(__name__).warning("the model does not run at batch size %d (%s: %s); its "
+                                                    "output shapes come from the samples alone", size + 1,
+                                                    type(e).__name__, e)
         outputs = []
         for name in self.io.outputs:
             shapes = [r[name].shape for r in reference] + ([probe[0][name].shape] if probe else [])
@@ -213,8 +220,9 @@ def open_torch(model: Any, factory: str | None) -> TorchSource:
 
     module = ts.prepare_module(model)
     name = Path(factory.rpartition(":")[0]).stem if factory else type(model).__name__
-    return TorchSource(format="torch", key="torch", name=name, obj=module, isolated=False, factory=factory,
-                       reference_runner=None)
+    # A factory is rebuilt in every worker; a live object is used only in this process.
+    return TorchSource(format="torch", key="torch", name=name, obj=module, isolated=factory is not None,
+                       factory=factory, reference_runner=None)
 
 
 def open_source(model: Any, model_format: str | None = None) -> Source:

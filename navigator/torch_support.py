@@ -40,6 +40,8 @@ class TorchIO:
     outputs: list[str] = field(default_factory=list)
     treespec: str | None = None                 # torch.utils._pytree.treespec_dumps of the outputs
 
+    memory_tree = None                          # the TreeSpec when it cannot be serialized (this process only)
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
 
@@ -139,20 +141,32 @@ def output_names(outputs: Any) -> tuple[list[str], str]:
         names.append(name)
     if len(set(names)) != len(names):
         names = [f"output_{i}" for i in range(len(names))]
+    spec = pytree.tree_structure(outputs)
     try:
-        tree = pytree.treespec_dumps(pytree.tree_structure(outputs))
-    except Exception:  # a custom container pytree cannot serialize: flat outputs only
+        tree = pytree.treespec_dumps(spec)
+    except Exception:  # a namedtuple or custom container: kept in memory for this process only
         tree = None
+        TREESPECS[id(outputs)] = spec
     return names, tree
 
 
-def unflatten(outputs: dict, io: TorchIO):
-    """Outputs by name back in the module's original structure (a tensor, dict, tuple …)."""
-    if io.treespec is None:
-        return outputs
+# Output trees that cannot be serialized (namedtuples, custom containers), by workspace
+# root, for results handed back in the process that ran the conversion.
+TREESPECS: dict = {}
+
+
+def unflatten(outputs: dict, io: TorchIO, ws_root: str | None = None):
+    """Outputs by name back in the module's original structure (a tensor, dict, tuple,
+    namedtuple …); flat when the structure could not be recorded."""
     from torch.utils import _pytree as pytree
 
-    return pytree.tree_unflatten([outputs[n] for n in io.outputs], pytree.treespec_loads(io.treespec))
+    if io.treespec is not None:
+        spec = pytree.treespec_loads(io.treespec)
+    elif ws_root is not None and ws_root in TREESPECS:
+        spec = TREESPECS[ws_root]
+    else:
+        return outputs
+    return pytree.tree_unflatten([outputs[n] for n in io.outputs], spec)
 
 
 def flat_module(module, io: TorchIO):
@@ -278,6 +292,8 @@ def run_reference(module, io: TorchIO, batches: list[dict]) -> tuple[list[dict],
             if i == 0:
                 first = out
                 io.outputs, io.treespec = output_names(out)
+                if io.treespec is None:
+                    io.memory_tree = TREESPECS.pop(id(out), None)
             leaves = pytree.tree_leaves(out)
             results.append(to_numpy(leaves, io.outputs))
     return results, first

@@ -21,7 +21,7 @@ class ArgGroup:
 class ModelArgs(ArgGroup):
     title = "model"
     dests = ("workdir", "model_name", "model_format", "targets", "target_precisions", "device", "force",
-             "config_path")
+             "config_path", "triton_repo")
 
     def add_to(self, parser):
         g = parser.add_argument_group(self.title)
@@ -34,6 +34,8 @@ class ModelArgs(ArgGroup):
         g.add_argument("--device", choices=["auto", "cpu", "cuda"], help="where runners run (default auto)")
         g.add_argument("--force", action="store_true", help="redo every step")
         g.add_argument("--config-path", metavar="YAML", help="options from a YAML file (CLI flags win)")
+        g.add_argument("--triton-repo", metavar="DIR", help="at the end, write the best format into this Triton "
+                                                            "model repository (as navigator triton WS --repo DIR)")
 
 
 class ShapeArgs(ArgGroup):
@@ -78,10 +80,31 @@ class VerifyArgs(ArgGroup):
 
 class ProfileArgs(ArgGroup):
     title = "profiling and limits"
-    dests = ("timeout", "profile_budget_s", "no_profile")
+    dests = ("timeout", "profile_budget_s", "no_profile", "runners")
 
     def add_to(self, parser):
         g = parser.add_argument_group(self.title)
         g.add_argument("--timeout", type=float, metavar="S", help="limit per stage and format (default 600 s)")
         g.add_argument("--profile-budget-s", type=float, metavar="S", help="profiling time per format (default 20)")
         g.add_argument("--no-profile", action="store_true", help="verify only; best by preference order")
+        g.add_argument("--runners", metavar="R,…", help="only these runners, e.g. onnxruntime,torch,torchscript "
+                                                        "(default: every runner of each format)")
+
+
+class TensorRTArgs(ArgGroup):
+    title = "TensorRT engines (targets tensorrt, tensorrt_rtx, torch_tensorrt)"
+    dests = ("trt_plugins", "trt_workspace_mb", "trt_opt_level", "trt_version_compatible")
+
+    def add_to(self, parser):
+        g = parser.add_argument_group(self.title, "Several optimization profiles: repeat --min/--opt/--max-shapes, "
+                                                  "one set per profile. Reduced precision: --target-precisions "
+                                                  "fp16,int8 (built from the onnx-fp16 / onnx-int8 graphs).")
+        g.add_argument("--trt-plugins", metavar="LIB.so,…", help="TensorRT plugin libraries, loaded before parsing; "
+                                                                 "also written to reproduce.sh and engine.yaml's "
+                                                                 "Triton notes")
+        g.add_argument("--trt-workspace-mb", type=int, metavar="MIB", help="builder workspace memory limit "
+                                                                          "(default 8192)")
+        g.add_argument("--trt-opt-level", type=int, metavar="0-5", help="builder optimisation level (default 3)")
+        g.add_argument("--trt-version-compatible", action="store_true",
+                       help="TensorRT: build engines that also load on later TensorRT of the same major version "
+                            "(Triton: --backend-config=tensorrt,version-compatible=true)")

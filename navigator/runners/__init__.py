@@ -21,6 +21,8 @@ _CLASSES = {
     "torchscript": ("navigator.runners.torch", "TorchScriptRunner"),
     "torch_export": ("navigator.runners.torch", "TorchExportRunner"),
     "aoti": ("navigator.runners.torch", "AotiRunner"),
+    "tensorrt": ("navigator.runners.tensorrt", "TensorRTRunner"),
+    "tensorrt_rtx": ("navigator.runners.tensorrt", "TensorRTRTXRunner"),
 }
 
 
@@ -57,6 +59,11 @@ _BY_FORMAT: dict[str, dict[str, tuple[RunnerSpec, ...]]] = {
     "torchscript": {d: (RunnerSpec("torchscript", d, None, ("torch",)),) for d in ("cpu", "cuda")},
     "torch_export": {d: (RunnerSpec("torch_export", d, None, ("torch",)),) for d in ("cpu", "cuda")},
     "aoti": {d: (RunnerSpec("aoti", d, None, ("torch",)),) for d in ("cpu", "cuda")},
+    # Engines run on a GPU only. TensorRT-RTX builds on a CPU, so a CPU run lists its
+    # runner too: the step is skipped with the reason instead of silently absent.
+    "tensorrt": {"cpu": (), "cuda": (RunnerSpec("tensorrt", "cuda", None, ("tensorrt",)),)},
+    "tensorrt_rtx": {"cpu": (RunnerSpec("tensorrt_rtx", "cpu", None, ("tensorrt_rtx",)),),
+                     "cuda": (RunnerSpec("tensorrt_rtx", "cuda", None, ("tensorrt_rtx",)),)},
 }
 
 
@@ -67,6 +74,10 @@ def register_runner(name: str, module: str, cls: str, formats: dict[str, dict[st
         entry = _BY_FORMAT.setdefault(fmt, {})
         for device, specs in by_device.items():
             entry[device] = tuple(s for s in entry.get(device, ()) if s.key not in {x.key for x in specs}) + specs
+
+
+def known_runners() -> list[str]:
+    return sorted(_CLASSES)
 
 
 def specs_for(fmt: str, device: str) -> tuple[RunnerSpec, ...]:

@@ -1,0 +1,211 @@
+"""PyTorch sources end to end with real torch (CPU build): export in the calling
+process or a worker, TorchScript / torch.export / ONNX / AOTInductor, torch runners."""
+
+from __future__ import annotations
+
+import collections
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+
+from navigator import deps
+
+from ..conftest import ROOT
+
+pytestmark = [pytest.mark.functional,
+              pytest.mark.skipif(not deps.has("torch"), reason="needs torch (extra 'torch'; CI installs 2.13.0 CPU)")]
+
+if deps.has("torch"):
+    import torch
+    from torch import nn
+
+    Pair = collections.namedtuple("Pair", ["scores", "ids"])
+
+    class DictModel(nn.Module):
+        """forward(batch: dict) -> dict with a nested namedtuple: the structure must survive."""
+
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.emb = nn.Embedding(50, 8)
+            self.proj = nn.Linear(8, 5)
+
+        def forward(self, batch):
+            h = self.emb(batch["ids"]) * batch["mask"].unsqueeze(-1)
+            logits = self.proj(h.mean(1))
+            top = torch.topk(logits, 2, dim=-1)
+            return {"logits": logits, "top": Pair(top.values, top.indices)}
+
+    class KwargsModel(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(1)
+            self.a = nn.Linear(4, 3)
+            self.b = nn.Linear(6, 3)
+
+        def forward(self, left, right):
+            return self.a(left) + self.b(right), left.sum(-1)
+
+    class DataDependent(nn.Module):
+        """Data-dependent control flow: torch.export cannot capture it, tracing can."""
+
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            if x.sum() > 0:
+                return self.lin(x)
+            return -self.lin(x)
+
+    class BatchSpecialised(nn.Module):
+        """Reshapes with a hard-coded batch of 8: a dynamic batch dim cannot be exported."""
+
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.lin(x).reshape(8, 2)
+
+FAST = dict(profile_budget_s=1, max_batch_size=4, device="cpu")
+
+
+def _dict_batches(n=2, batch=4, seq=6):
+    g = torch.Generator().manual_seed(0)
+    return [{"ids": torch.randint(0, 50, (batch, seq + i), generator=g), "mask": torch.ones(batch, seq + i)}
+            for i in range(n)]
+
+
+def test_factory_from_the_cli(cli, tmp_path):
+    r = cli("convert", f"{ROOT}/examples/cnn.py:small_cnn", "--shapes", "x:8x3x32x32", "--workdir", tmp_path / "wd",
+            "--runners", "torch,torchscript,torch_export,onnxruntime", "--profile-budget-s", "1",
+            "--max-batch-size", "4", "--device", "cpu")
+    assert r.returncode == 0, r.stdout + r.stderr
+    ws = tmp_path / "wd" / "cnn.nav.workspace"
+    st = yaml.safe_load((ws / "status.yaml").read_text())
+    assert list(st["formats"]) == ["torch", "torchscript", "torch_export", "onnx", "onnx-optimized"]
+    for key, fs in st["formats"].items():
+        assert fs["convert"]["status"] == "ok", (key, fs["convert"])
+        assert fs["isolated"] is True       # a factory is rebuilt in the workers
+        for runner in fs["runners"].values():
+            assert runner["verify"]["status"] == "ok", (key, runner["verify"])
+            assert runner["verify"]["batch_sizes"] == [1, 8]
+            assert runner["profile"]["status"] == "ok"
+    assert st["signature"]["inputs"] == [{"name": "x", "dtype": "float32", "shape": [-1, 3, 32, 32]}]
+    assert st["signature"]["outputs"] == [{"name": "output", "dtype": "float32", "shape": [-1, 10]}]
+    assert st["formats"]["torchscript"]["io_names"] == {"x": "INPUT__0", "output": "OUTPUT__0"}
+    assert st["formats"]["torchscript"]["convert"]["exporter"] == "torch.jit.trace"
+    assert st["formats"]["torch_export"]["convert"]["exporter"] == "torch.export"
+    assert st["formats"]["onnx"]["convert"]["exporter"] == "dynamo"
+    assert st["formats"]["onnx"]["parent"] == "torch"
+    assert json.loads((ws / "formats" / "torch" / "source.json").read_text())["kind"] == "factory"
+    # reproduce.sh rebuilds the TorchScript from the factory, in a fresh process
+    art = ws / "formats" / "torchscript" / "model.pt"
+    art.unlink()
+    p = subprocess.run(["bash", str(ws / "formats" / "torchscript" / "reproduce.sh")], capture_output=True, text=True,
+                       env={"PATH": f"{sys.executable.rsplit('/', 1)[0]}:/usr/bin:/bin"})
+    assert p.returncode == 0, p.stderr
+    assert art.is_file()
+
+
+def test_dict_inputs_and_structured_outputs_through_the_api(tmp_path):
+    import navigator
+
+    model = DictModel().eval()
+    result = navigator.convert(model, _dict_batches(), workdir=tmp_path,
+                               targets=["torchscript", "torch_export", "onnx"], runners=["torch", "torchscript",
+                                                                                          "torch_export", "onnxruntime"],
+                               **FAST)
+    assert result.ok, result.failures
+    st = result.status
+    assert st.signature.input_names == ["ids", "mask"]
+    assert st.signature.output_names == ["logits", "top.scores", "top.ids"]
+    assert [t.dtype for t in st.signature.outputs] == ["float32", "float32", "int64"]
+    assert st.signature.inputs[0].shape == [-1, -1]          # seq varies across the samples
+    for key in ("torch", "torchscript", "torch_export", "onnx"):
+        fs = st.formats[key]
+        assert fs.verified, (key, fs)
+        checks = next(iter(fs.runners.values())).verify.outputs
+        assert checks["top.ids"].mode == "exact"
+    assert st.formats["torch"].isolated is False and st.formats["torchscript"].isolated is False
+    assert st.formats["onnx-optimized"].verified if "onnx-optimized" in st.formats else True
+    # results come back in the module's own structure
+    batch = _dict_batches(1)[0]
+    with result.runner("torchscript") as run:
+        flat = run({k: v.numpy() for k, v in batch.items()})
+    nested = result.unflatten(flat)
+    expected = model(batch)
+    assert set(nested) == {"logits", "top"} and isinstance(nested["top"], Pair)
+    np.testing.assert_allclose(nested["logits"], expected["logits"].detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(nested["top"].ids, expected["top"].ids.numpy())
+
+
+def test_kwargs_inputs_and_tuple_outputs(tmp_path):
+    import navigator
+
+    g = torch.Generator().manual_seed(0)
+    batches = [{"right": torch.rand(3, 6, generator=g), "left": torch.rand(3, 4, generator=g)} for _ in range(2)]
+    result = navigator.convert(KwargsModel(), batches, workdir=tmp_path, targets=["torchscript", "onnx"],
+                               no_profile=True, device="cpu")
+    assert result.ok, result.failures
+    assert result.status.signature.input_names == ["left", "right"]      # forward's order
+    assert result.status.signature.output_names == ["output_0", "output_1"]
+
+
+def test_export_failure_leaves_the_other_formats(tmp_path):
+    import navigator
+
+    x = [torch.rand(4, 4) for _ in range(2)]
+    result = navigator.convert(DataDependent(), x, workdir=tmp_path, targets=["torchscript", "torch_export", "onnx"],
+                               no_profile=True, device="cpu", runners=["torch", "torchscript", "onnxruntime"])
+    formats = result.status.formats
+    assert formats["torch_export"].convert.status == "failed"
+    assert "data-dependent" in formats["torch_export"].convert.reason.lower() or \
+        "guard" in formats["torch_export"].convert.reason.lower()
+    assert formats["torchscript"].verified
+    assert formats["onnx"].verified and formats["onnx"].convert.exporter == "legacy"
+    assert "dynamo failed" in formats["onnx"].convert.reason
+    assert result.exit_code == 1 and any("torch_export" in f for f in result.failures)
+
+
+def test_static_shape_fallback_is_recorded(tmp_path):
+    import navigator
+
+    x = [torch.rand(8, 4) for _ in range(2)]
+    result = navigator.convert(BatchSpecialised(), x, workdir=tmp_path, targets=["torch_export"], device="cpu",
+                               runners=["torch_export"], profile_budget_s=1, max_batch_size=16)
+    fs = result.status.formats["torch_export"]
+    assert result.ok, result.failures
+    assert fs.convert.exporter == "torch.export (static shapes)"
+    assert fs.convert.reason.startswith("dynamic shapes failed")
+    rs = fs.runners["torch_export-cpu"]
+    assert rs.verify.batch_sizes == [8] and rs.verify.status == "ok"
+    assert [r.batch_size for r in rs.profile.results] == [8]
+
+
+def test_torch_source_needs_samples_or_shapes(cli, tmp_path):
+    r = cli("convert", f"{ROOT}/examples/cnn.py:small_cnn", "--workdir", tmp_path / "wd")
+    assert r.returncode == 2 and "needs samples or --shapes" in r.stderr
+    r = cli("convert", f"{ROOT}/examples/cnn.py:no_such_factory", "--shapes", "x:1x3x8x8")
+    assert r.returncode == 2 and "has no 'no_such_factory'" in r.stderr and "small_cnn" in r.stderr
+
+
+@pytest.mark.slow
+def test_aoti_and_torch_compile_on_cpu(cli, tmp_path):
+    """AOTInductor only on request on CPU; torch.compile's compile time is kept apart (load_s)."""
+    r = cli("convert", f"{ROOT}/examples/cnn.py:small_cnn", "--shapes", "x:4x3x16x16", "--workdir", tmp_path / "wd",
+            "--targets", "torch,aoti", "--runners", "torch_compile,aoti", "--profile-budget-s", "1",
+            "--max-batch-size", "2", "--device", "cpu", timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    st = yaml.safe_load((tmp_path / "wd" / "cnn.nav.workspace" / "status.yaml").read_text())
+    aoti = st["formats"]["aoti"]
+    assert aoti["parent"] == "torch_export" and aoti["convert"]["exporter"] == "aoti (cpu)"
+    assert aoti["runners"]["aoti-cpu"]["verify"]["status"] == "ok"
+    compiled = st["formats"]["torch"]["runners"]["torch_compile-cpu"]
+    assert compiled["verify"]["status"] == "ok" and compiled["verify"]["load_s"] > 1.0
+    assert compiled["profile"]["status"] == "ok"
