@@ -42,17 +42,20 @@ def _export(strategy: str, ctx: ConvertContext, params: TorchOnnxParams) -> None
 
     live = ctx.live
     sig = ctx.signature
-    big = sum(p.numel() * p.element_size() for p in live.module.parameters()) > TWO_GB - (64 << 20)
+    module = live.module
+    if isinstance(getattr(module, "inner", None), torch.jit.ScriptModule) and live.io.call == "positional":
+        module = module.inner   # a TorchScript source: the legacy exporter takes it as is, not inside a wrapper
+    big = sum(p.numel() * p.element_size() for p in module.parameters()) > TWO_GB - (64 << 20)
     kwargs = dict(input_names=sig.input_names, output_names=sig.output_names)
     if params.opset:
         kwargs["opset_version"] = params.opset
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if strategy == "dynamo":
-            torch.onnx.export(live.module, live.example, str(ctx.output), dynamo=True, external_data=big,
+            torch.onnx.export(module, live.example, str(ctx.output), dynamo=True, external_data=big,
                               dynamic_shapes=dynamic_shapes(sig, live.profile), **kwargs)
         elif strategy == "legacy":
-            torch.onnx.export(live.module, live.example, str(ctx.output), dynamo=False,
+            torch.onnx.export(module, live.example, str(ctx.output), dynamo=False,
                               dynamic_axes=_dynamic_axes(sig), **kwargs)
         else:
             raise ValueError(f"unknown ONNX export strategy {strategy!r}")

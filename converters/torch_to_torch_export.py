@@ -31,6 +31,9 @@ class TorchToTorchExport(Converter):
         from navigator.torch_support import dynamic_shapes
 
         live = ctx.live
+        if isinstance(getattr(live.module, "inner", None), torch.jit.ScriptModule):
+            raise RuntimeError("torch.export cannot capture a TorchScript module; export the original nn.Module "
+                               "instead (file.py:factory), or use the onnx and torchscript formats")
         notes = []
         try:
             ep = torch.export.export(live.module, live.example, strict=ctx.params.strict,

@@ -190,7 +190,8 @@ def requested_targets(config: NavigatorConfig, source, device: str = "cpu") -> t
         base = list(config.targets)
         optional: list[str] = []
     else:
-        base = [t.rstrip("?") for t in DEFAULT_TARGETS.get(source.format, (source.key,))]
+        defaults = getattr(source, "default_targets", None) or DEFAULT_TARGETS.get(source.format, (source.key,))
+        base = [t.rstrip("?") for t in defaults]
         if device == "cuda":
             base += list(CUDA_DEFAULT_TARGETS.get(source.format, ()))
         optional = [t.rstrip("?") for t in DEFAULT_TARGETS.get(source.format, ()) if t.endswith("?")]

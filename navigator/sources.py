@@ -88,8 +88,10 @@ class TorchSource(Source):
     from the samples (or --shapes); the reference is eager fp32 on the CPU, run in
     the calling process, which also exports the module (``isolated: false``)."""
 
-    factory: str | None = None
+    factory: str | None = None         # file.py:factory, or the path of a .pt / .pt2 file
+    file_kind: str | None = None       # torchscript | torch_export for a model file
     io: Any = None
+    default_targets: tuple | None = None
 
     def resolve(self, samples: Any, config, batch_dim_option: int | None, no_batching: bool):
         """(input signature, user batches as {name: ndarray} or None, batch dim)."""
@@ -210,9 +212,31 @@ class TorchSource(Source):
         from navigator.workspace.atomic import write_text
 
         out_path.parent.mkdir(parents=True, exist_ok=True)
-        write_text(out_path, json.dumps(ts.source_record(self.factory), indent=1) + "\n")
+        record = ts.source_record(self.factory, self.file_kind)
+        if self.file_kind:   # keep a copy of the model file in the workspace: the record points at it
+            import shutil
+
+            copy = out_path.parent / ("model.pt" if self.file_kind == "torchscript" else "model.pt2")
+            shutil.copyfile(self.factory, copy)
+            record["file"] = str(copy)
+        write_text(out_path, json.dumps(record, indent=1) + "\n")
         ts.write_io(out_path.parent, self.io)
-        return {"exporter": "factory" if self.factory else "live"}
+        return {"exporter": self.file_kind or ("factory" if self.factory else "live")}
+
+
+def open_torch_file(path: Path, kind: str) -> TorchSource:
+    """A TorchScript file (.pt) or an ExportedProgram (.pt2): loaded here for the
+    reference, reloaded from the workspace's copy in every worker."""
+    from navigator import deps, torch_support as ts
+
+    if not deps.has("torch"):
+        raise UserInputError(f"{path}: a PyTorch model file needs torch", hint="pip install 'navigator[torch]'")
+    module = ts.load_model_file(path, kind)
+    source = TorchSource(format="torch", key="torch", name=path.stem, obj=module, isolated=True,
+                         factory=str(path.resolve()), file_kind=kind, reference_runner=None)
+    if kind == "torchscript":   # torch.export cannot capture a ScriptModule
+        source.default_targets = ("torch", "onnx", "onnx-optimized")
+    return source
 
 
 def open_torch(model: Any, factory: str | None) -> TorchSource:
@@ -239,6 +263,10 @@ def open_source(model: Any, model_format: str | None = None) -> Source:
         if fmt is None:
             if path.suffix.lower() in ONNX_SUFFIXES:
                 fmt = "onnx"
+            elif path.suffix.lower() in (".pt", ".pth", ".ts") and path.is_file():
+                fmt = "torchscript"
+            elif path.suffix.lower() == ".pt2" and path.is_file():
+                fmt = "torch_export"
             elif not path.exists():
                 raise UserInputError(f"{path}: no such file or directory")
             else:
@@ -250,7 +278,9 @@ def open_source(model: Any, model_format: str | None = None) -> Source:
             if path.is_dir():
                 raise UserInputError(f"{path}: is a directory, expected an .onnx file")
             return open_onnx(path)
-        raise UserInputError(f"--model-format {fmt!r} is not supported; supported: onnx")
+        if fmt in ("torchscript", "torch_export"):
+            return open_torch_file(path, fmt)
+        raise UserInputError(f"--model-format {fmt!r} is not supported; supported: onnx, torchscript, torch_export")
     from navigator import torch_support
 
     if torch_support.is_torch_module(model):

@@ -87,7 +87,14 @@ def load_factory(spec: str):
 
 # ------------------------------------------------------------------ calling convention
 def forward_parameters(module) -> list[str]:
-    params = inspect.signature(module.forward).parameters.values()
+    """The names of forward()'s tensor parameters (TorchScript: from its schema)."""
+    schema = getattr(getattr(module, "forward", None), "schema", None)
+    if schema is not None:
+        return [a.name for a in schema.arguments if a.name != "self"]
+    try:
+        params = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError):
+        return []
     return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
 
@@ -191,7 +198,9 @@ def flat_module(module, io: TorchIO):
                 out = self.inner(*args)
             return tuple(pytree.tree_leaves(out))
 
-    return FlatModule(module).eval()
+    flat = FlatModule(module)
+    flat.training = False   # not .eval(): an ExportedProgram's module refuses train()/eval()
+    return flat
 
 
 def dynamic_shapes(signature, profile: dict | None):
@@ -248,12 +257,46 @@ def read_io(folder: Path) -> TorchIO:
     return TorchIO.from_json(p.read_text())
 
 
-def source_record(spec: str | None) -> dict:
-    """How a worker rebuilds the live module: a factory spec, or only in the calling process."""
+def source_record(spec: str | None, file_kind: str | None = None) -> dict:
+    """How a worker rebuilds the module: a factory spec, a model file (TorchScript or
+    ExportedProgram), or only in the calling process (a live object)."""
+    if file_kind:
+        return {"kind": file_kind, "file": os.path.abspath(spec)}
     if spec:
         path, _, attr = spec.rpartition(":")
         return {"kind": "factory", "file": os.path.abspath(path), "factory": attr}
     return {"kind": "live"}
+
+
+def load_model_file(path: str | os.PathLike, kind: str):
+    """A TorchScript file (``torchscript``) or an ExportedProgram (``torch_export``) as a
+    module on the CPU, in eval mode where that applies."""
+    import warnings
+
+    import torch
+
+    path = Path(path)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if kind == "torchscript":
+                return torch.jit.load(str(path), map_location="cpu").eval()
+            return torch.export.load(str(path)).module()
+    except Exception as e:
+        what = "TorchScript" if kind == "torchscript" else "ExportedProgram (.pt2)"
+        raise UserInputError(f"{path}: not a loadable {what} ({type(e).__name__}: {' '.join(str(e).split())[:200]})") \
+            from None
+
+
+def rebuild(record: dict, io: TorchIO):
+    """The flat module described by a source record (in a worker or a reproducer)."""
+    if record["kind"] == "factory":
+        inner = prepare_module(load_factory(f"{record['file']}:{record['factory']}"))
+    elif record["kind"] in ("torchscript", "torch_export"):
+        inner = load_model_file(record["file"], record["kind"])
+    else:
+        return None
+    return flat_module(inner, io)
 
 
 # ------------------------------------------------------------------ the source in the calling process
@@ -330,9 +373,8 @@ def live_from_workspace(ws_root: Path, signature, profiles: list) -> LiveModel:
     folder = Path(ws_root) / "formats" / "torch"
     io = read_io(folder)
     record = json.loads((folder / "source.json").read_text())
-    if record["kind"] == "factory":
-        module = flat_module(prepare_module(load_factory(f"{record['file']}:{record['factory']}")), io)
-    else:
+    module = rebuild(record, io)
+    if module is None:
         module = LIVE.get(str(Path(ws_root).resolve()))
         if module is None:
             raise UserInputError("the source was a live nn.Module that exists only in the process that called "

@@ -66,9 +66,8 @@ class TorchEagerRunner(_TorchRunner):
         folder = Path(self.path).parent
         record = json.loads(Path(self.path).read_text())
         io = ts.read_io(folder)
-        if record["kind"] == "factory":
-            module = ts.flat_module(ts.prepare_module(ts.load_factory(f"{record['file']}:{record['factory']}")), io)
-        else:
+        module = ts.rebuild(record, io)
+        if module is None:
             module = ts.LIVE.get(str(folder.parent.parent.resolve()))
             if module is None:
                 raise RunnerUnavailable("the live module exists only in the process that called navigator.convert")

@@ -209,3 +209,37 @@ def test_aoti_and_torch_compile_on_cpu(cli, tmp_path):
     compiled = st["formats"]["torch"]["runners"]["torch_compile-cpu"]
     assert compiled["verify"]["status"] == "ok" and compiled["verify"]["load_s"] > 1.0
     assert compiled["profile"]["status"] == "ok"
+
+
+@pytest.mark.parametrize("kind", ["torchscript", "torch_export"])
+def test_model_files_as_sources(tmp_path, kind):
+    """A TorchScript file (.pt) and an ExportedProgram (.pt2) as the source."""
+    import warnings
+
+    import navigator
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        from cnn import small_cnn
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    x = torch.rand(4, 3, 16, 16)
+    path = tmp_path / ("cnn.pt" if kind == "torchscript" else "cnn.pt2")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if kind == "torchscript":
+            torch.jit.trace(small_cnn(), (x,)).save(str(path))
+        else:
+            dim = torch.export.Dim("batch", min=1, max=64)
+            torch.export.save(torch.export.export(small_cnn(), (x,), dynamic_shapes=({0: dim},)), str(path))
+    result = navigator.convert(path, workdir=tmp_path / "wd", shapes="x:4x3x16x16", no_profile=True, device="cpu",
+                               runners=["torch", "torchscript", "torch_export", "onnxruntime"])
+    assert result.ok, result.failures
+    formats = result.status.formats
+    expected = {"torchscript": ["torch", "onnx", "onnx-optimized"],
+                "torch_export": ["torch", "torchscript", "torch_export", "onnx", "onnx-optimized"]}[kind]
+    assert list(formats) == expected
+    assert formats["torch"].convert.exporter == kind
+    assert formats["onnx"].convert.exporter == ("legacy" if kind == "torchscript" else "dynamo")
+    assert all(fs.verified for fs in formats.values())
+    assert (result.workspace / "formats" / "torch" / path.name.replace("cnn", "model")).is_file()
