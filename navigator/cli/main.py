@@ -20,6 +20,8 @@ from navigator._version import __version__
 SUBCOMMANDS = {
     "convert": "Convert a model to verified, profiled formats and record them in a workspace.",
     "status": "Print a workspace's status.yaml as a summary.",
+    "gate": "Check a workspace (or a model, converted first) against a release policy; JUnit for CI.",
+    "debug": "Find the first node of a format's graph whose output leaves tolerance.",
 }
 
 

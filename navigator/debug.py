@@ -1,0 +1,617 @@
+"""First-bad-layer diagnostics: ``navigator debug WS KEY``.
+
+When a format fails verification, every intermediate tensor of its graph is
+marked as an output, on both sides:
+
+* the **reference side** is the workspace's ONNX source (``formats/<root>/
+  model.onnx``; for a non-ONNX source, the topmost ONNX format made from it),
+  run by onnxruntime with graph optimisations *disabled* so no intermediate
+  is fused away;
+* the **compared side** is KEY: an ONNX format (onnx-optimized, -fp16, ...)
+  runs the same way on the device of its runner; an ``openvino`` format runs
+  its IR with every named op output added (``ov.Model.add_outputs``; the
+  ONNX frontend keeps the ONNX tensor names on the ports). Other formats
+  (TensorRT, ...) do not expose their internals: their nearest ONNX parent
+  is compared instead and the report says so.
+
+Both run on the stored samples; tensors are matched by name, the compared
+side's nodes are walked in topological order and the first node with an
+output outside tolerance is named with its op type, its inputs (with their
+own agreement, and for constants whether they differ from the reference's)
+and the error. Tolerances are the workspace's table for KEY's precision
+(``validators/tolerances.rule_for``: ``tolerance`` for floats, ``exact`` for
+integers at fp32) unless ``atol``/``rtol`` are given; the elementwise rule is
+Polygraphy's (``absdiff <= atol OR reldiff <= rtol``). Only the top-level
+graph is marked: tensors inside If/Loop bodies are not compared.
+
+The report goes to ``<ws>/report/debug-<KEY>.json``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from navigator.errors import UserInputError
+
+log = logging.getLogger(__name__)
+
+MAX_LATER = 10          # later divergent nodes listed in the report
+
+
+@dataclass
+class Node:
+    index: int
+    name: str
+    op_type: str
+    inputs: list[str]
+    outputs: list[str]
+    onnx_node: dict | None = None       # for OpenVINO ops: the ONNX node that made the same tensor
+    onnx_inputs: list[str] | None = None  # ... and that node's inputs, position by position
+
+
+@dataclass
+class TensorCheck:
+    """One intermediate tensor folded over the samples."""
+
+    name: str
+    mode: str
+    atol: float | None
+    rtol: float | None
+    threshold: float | None = None
+    passed: bool = True
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    mismatched: int = 0
+    size: int = 0
+    shape: list[int] | None = None
+    reason: str | None = None
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in ("name", "passed", "mode", "max_abs", "max_rel", "atol", "rtol",
+                                              "threshold", "mismatched", "size", "shape", "reason")}
+
+
+# --------------------------------------------------------------------------- comparison
+def _compare_into(chk: TensorCheck, out, ref) -> None:
+    import numpy as np
+
+    from navigator.validators.numeric import _diffs, _elementwise_fail
+    from navigator.validators.tolerances import OutputRule
+
+    out, ref = np.asarray(out), np.asarray(ref)
+    chk.shape = list(ref.shape)
+    if out.shape != ref.shape:
+        chk.passed = False
+        chk.reason = chk.reason or f"shape {list(out.shape)} != reference {list(ref.shape)}"
+        return
+    if out.size == 0:
+        return
+    floats = out.dtype.kind in "fc" or ref.dtype.kind in "fc"
+    if floats:
+        out_nan = np.isnan(out) if out.dtype.kind in "fc" else np.zeros(out.shape, bool)
+        ref_nan = np.isnan(ref) if ref.dtype.kind in "fc" else np.zeros(ref.shape, bool)
+        if out_nan.any() or ref_nan.any():
+            if not np.array_equal(out_nan, ref_nan):
+                chk.passed = False
+                chk.reason = chk.reason or ("NaN where the reference has none" if out_nan.any()
+                                            else "the reference has NaN where this has none")
+                chk.size += int(out.size)
+                chk.mismatched += int(np.count_nonzero(out_nan != ref_nan))
+                return
+            out = np.where(out_nan, np.zeros((), out.dtype), out)     # NaN in the same places: masked
+            ref = np.where(ref_nan, np.zeros((), ref.dtype), ref)
+    absdiff, reldiff = _diffs(out, ref)
+    with np.errstate(invalid="ignore"):
+        finite_abs = absdiff[np.isfinite(absdiff)]
+        finite_rel = reldiff[np.isfinite(reldiff)]
+    chk.max_abs = max(chk.max_abs, float(finite_abs.max()) if finite_abs.size else 0.0)
+    chk.max_rel = max(chk.max_rel, float(finite_rel.max()) if finite_rel.size else 0.0)
+    chk.size += int(out.size)
+    if chk.mode == "exact" or not floats and chk.mode == "tolerance":
+        bad = int(np.count_nonzero(out != ref))
+        chk.mismatched += bad
+        if bad:
+            chk.passed = False
+            chk.reason = chk.reason or f"{bad} of {out.size} elements differ"
+        return
+    if floats:
+        rule = OutputRule(mode="tolerance", atol=chk.atol, rtol=chk.rtol)
+        bad = int(np.count_nonzero(_elementwise_fail(absdiff, reldiff, rule)))
+    else:           # integer tensors at reduced precision: a mismatch is any difference
+        bad = int(np.count_nonzero(out != ref))
+    chk.mismatched += bad
+    if chk.mode == "mismatch_fraction":
+        if chk.mismatched / max(1, chk.size) > (chk.threshold or 0.0):
+            chk.passed = False
+            chk.reason = f"mismatch fraction {chk.mismatched / chk.size:.4g} > {chk.threshold or 0.0:g}"
+        return
+    if bad:
+        chk.passed = False
+        chk.reason = chk.reason or (f"max abs {chk.max_abs:.3g} / max rel {chk.max_rel:.3g} exceed atol "
+                                    f"{chk.atol:g} / rtol {chk.rtol:g} ({bad} of {out.size} elements)")
+
+
+def _rule(name: str, dtype: str, key, cfg: dict, atol: float | None, rtol: float | None, is_output: bool):
+    from navigator.validators.tolerances import rule_for
+
+    a = {"": atol} if atol is not None else cfg.get("atol")
+    r = {"": rtol} if rtol is not None else cfg.get("rtol")
+    rule = rule_for(name, dtype, precision=key.precision, fmt=key.format,
+                    compare=cfg.get("compare") if is_output else None, atol=a, rtol=r)
+    if rule.mode in ("cosine", "skip"):     # an output's own mode: intermediates use the tolerance rule
+        rule = rule_for(name, dtype, precision=key.precision, fmt=key.format, atol=a, rtol=r)
+    return rule
+
+
+# --------------------------------------------------------------------------- sides
+class OnnxSide:
+    """An ONNX model with every intermediate marked as an output, run by onnxruntime."""
+
+    engine = "onnxruntime"
+
+    def __init__(self, path: Path, *, io_names: dict, device: str = "cpu", provider: str | None = None,
+                 level: str = "disabled", label: str = ""):
+        import onnx
+
+        self.path = Path(path)
+        self.label = label
+        self.device, self.provider, self.level = device, provider, level
+        self.io_names = dict(io_names or {})
+        self.inverse = {v: k for k, v in self.io_names.items()}
+        try:
+            self.model = onnx.load(str(self.path))
+        except Exception as e:
+            raise UserInputError(f"{self.path}: cannot load the ONNX model ({type(e).__name__}: {e})") from None
+        graph = self.model.graph
+        self.initializers = {i.name: i for i in graph.initializer}
+        self.graph_inputs = [i.name for i in graph.input if i.name not in self.initializers]
+        self.nodes = [Node(i, n.name or f"{n.op_type}#{i}", n.op_type, [self._ours(x) for x in n.input if x],
+                           [self._ours(x) for x in n.output if x]) for i, n in enumerate(graph.node)]
+        self.producers = {t: n for n in self.nodes for t in n.outputs}
+        self._runner = None
+        self._tmp: tempfile.TemporaryDirectory | None = None
+
+    def _ours(self, name: str) -> str:
+        return self.inverse.get(name, name)
+
+    def constant(self, name: str):
+        from onnx import numpy_helper
+
+        init = self.initializers.get(self.io_names.get(name, name))
+        if init is None:
+            return None
+        try:
+            return numpy_helper.to_array(init, base_dir=str(self.path.parent))
+        except Exception:  # external data that cannot be read: not compared
+            return None
+
+    def _marked(self, typed: bool):
+        import onnx
+
+        model = onnx.ModelProto()
+        model.CopyFrom(self.model)
+        types = {}
+        if typed:
+            try:
+                inferred = onnx.shape_inference.infer_shapes(model)
+                types = {vi.name: vi for vi in inferred.graph.value_info}
+            except Exception as e:   # > 2 GB, custom ops: mark by name only
+                log.info("shape inference failed on %s (%s); marking outputs by name", self.path, e)
+        have = {o.name for o in model.graph.output}
+        for node in model.graph.node:
+            for out in node.output:
+                if out and out not in have:
+                    vi = onnx.ValueInfoProto()
+                    if out in types:
+                        vi.CopyFrom(types[out])
+                    else:
+                        vi.name = out    # onnxruntime infers the type of an output declared by name
+                    model.graph.output.append(vi)
+                    have.add(out)
+        return model
+
+    def _save(self, model) -> Path:
+        import onnx
+
+        self._tmp = self._tmp or tempfile.TemporaryDirectory(prefix="navigator-debug-")
+        path = Path(self._tmp.name) / f"marked-{len(os.listdir(self._tmp.name))}.onnx"
+        large = model.ByteSize() > 1_800_000_000
+        onnx.save(model, str(path), save_as_external_data=large, location=path.name + ".data" if large else None)
+        return path
+
+    def activate(self) -> None:
+        from navigator import runners
+        from navigator.runners.base import RunnerError
+
+        spec = runners.RunnerSpec("onnxruntime", self.device, self.provider)
+        errors = []
+        for typed in (True, False):   # inferred types first; an op shape inference gets wrong: by name only
+            runner = runners.create(spec, self._save(self._marked(typed)), graph_optimization_level=self.level)
+            try:
+                self._runner = runner.activate()
+                return
+            except RunnerError as e:
+                raise UserInputError(f"{self.label}: onnxruntime cannot run on {spec.key} here ({e})",
+                                     hint="pick another --runner") from None
+            except Exception as e:
+                errors.append(f"{type(e).__name__}: {' '.join(str(e).split())[:300]}")
+        raise UserInputError(f"{self.label}: onnxruntime cannot load {self.path.name} with its intermediates "
+                             f"marked ({errors[-1]})")
+
+    def run(self, sample: dict) -> dict:
+        feeds = {self.io_names.get(k, k): v for k, v in sample.items()}
+        return {self._ours(k): v for k, v in self._runner.infer(feeds).items()}
+
+    def describe(self, ws) -> dict:
+        return {"key": self.label, "path": ws.rel(self.path), "engine": self.engine,
+                "device": self.provider or self.device, "graph_optimization_level": self.level}
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.deactivate()
+            self._runner = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+
+class OpenVINOSide:
+    """An OpenVINO IR with every named op output added as a model output, on the CPU in f32."""
+
+    engine = "openvino"
+    _HIDDEN = ("Parameter", "Result", "Constant")
+
+    def __init__(self, path: Path, *, io_names: dict, label: str = ""):
+        import openvino as ov
+
+        self.path = Path(path)
+        self.label = label
+        self.level = None
+        self.inverse = {v: k for k, v in (io_names or {}).items()}
+        self.io_names = dict(io_names or {})
+        self.core = ov.Core()
+        self.model = self.core.read_model(str(self.path))
+        self.nodes: list[Node] = []
+        self._constants: dict[str, Any] = {}
+        self._ports = []
+        for i, op in enumerate(self.model.get_ordered_ops()):
+            kind = op.get_type_name()
+            if kind == "Constant":
+                for name in op.output(0).get_names():
+                    self._constants[self._ours(name)] = op
+            if kind in self._HIDDEN:
+                continue
+            outs = [op.output(j) for j in range(op.get_output_size())]
+            named = [o for o in outs if o.get_names()]
+            self._ports.extend(named)
+            inputs = []
+            for inp in op.inputs():
+                src = inp.get_source_output()
+                names = sorted(src.get_names())
+                label = self._ours(names[0]) if names else f"<{src.get_node().get_friendly_name()}>"
+                if not names and src.get_node().get_type_name() == "Constant":
+                    self._constants[label] = src.get_node()     # folded by the frontend, unnamed
+                inputs.append(label)
+            self.nodes.append(Node(i, op.get_friendly_name(), kind, inputs,
+                                   [self._ours(n) for o in named for n in sorted(o.get_names())]))
+        self._request = None
+
+    def _ours(self, name: str) -> str:
+        return self.inverse.get(name, name)
+
+    def constant(self, name: str):
+        import numpy as np
+
+        op = self._constants.get(name)
+        return None if op is None else np.array(op.get_data(), copy=True)
+
+    def activate(self) -> None:
+        if self._ports:
+            self.model.add_outputs(self._ports)
+        self.compiled = self.core.compile_model(self.model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        self._request = self.compiled.create_infer_request()
+
+    def run(self, sample: dict) -> dict:
+        import numpy as np
+
+        feeds = {self.io_names.get(k, k): v for k, v in sample.items()}
+        result = self._request.infer(feeds)
+        out = {}
+        for port in self.compiled.outputs:
+            value = np.array(result[port], copy=True)
+            for name in port.get_names():
+                out[self._ours(name)] = value
+        return out
+
+    def describe(self, ws) -> dict:
+        return {"key": self.label, "path": ws.rel(self.path), "engine": self.engine, "device": "cpu",
+                "inference_precision": "f32"}
+
+    def close(self) -> None:
+        self._request = None
+        self.compiled = None
+
+
+# --------------------------------------------------------------------------- planning
+def _chain(st, key: str) -> list[str]:
+    chain, seen = [key], {key}
+    parent = st.formats[key].parent
+    while parent and parent in st.formats and parent not in seen:
+        chain.append(parent)
+        seen.add(parent)
+        parent = st.formats[parent].parent
+    return chain
+
+
+def _pick_runner(fs, key: str, runner: str | None) -> str | None:
+    if runner is not None:
+        if runner not in fs.runners:
+            raise UserInputError(f"{key} has no runner {runner!r}; have: {', '.join(fs.runners) or 'none'}")
+        return runner
+    failed = [rk for rk, rs in fs.runners.items() if rs.verify.status == "failed"]
+    return (failed or list(fs.runners) or [None])[0]
+
+
+@dataclass
+class Plan:
+    reference: Any = None
+    compared: Any = None
+    notes: list[str] = field(default_factory=list)
+    reason: str | None = None     # why nothing can be compared
+
+
+def _plan(ws, st, key: str, runner_key: str | None) -> Plan:
+    from navigator import deps
+
+    fs = st.formats[key]
+    chain = _chain(st, key)
+    onnx_keys = [k for k in chain if st.formats[k].format == "onnx" and st.formats[k].convert.status == "ok"
+                 and st.formats[k].path]
+    root = chain[-1]
+    ref_key = root if root in onnx_keys else (onnx_keys[-1] if onnx_keys else None)
+    plan = Plan()
+    if ref_key is None:
+        plan.reason = (f"no ONNX model in {key}'s lineage ({' <- '.join(chain)}): there is no graph to mark; "
+                       f"compare the final outputs with `navigator status`")
+        return plan
+    if ref_key != root:
+        plan.notes.append(f"the source ({root}, {st.formats[root].format}) is not ONNX: the reference side is "
+                          f"{ref_key}, the first ONNX made from it")
+    ref_fs = st.formats[ref_key]
+    plan.reference = OnnxSide(ws.abs(ref_fs.path), io_names=ref_fs.io_names, level="disabled",
+                              label=f"{ref_key} (reference)")
+    rs = fs.runners.get(runner_key) if runner_key else None
+    if fs.format == "onnx":
+        device, provider = (rs.device, rs.provider) if rs is not None and rs.runner == "onnxruntime" else ("cpu", None)
+        level = "disabled"
+        if key == ref_key:
+            level = "all"
+            plan.notes.append(f"{key} is the reference model itself: it is compared with graph optimisations at "
+                              "onnxruntime's default level (all), as its runner ran it, against disabled")
+        plan.compared = OnnxSide(ws.abs(fs.path), io_names=fs.io_names, device=device, provider=provider,
+                                 level=level, label=key)
+        return plan
+    if fs.format == "openvino":
+        if not deps.has("openvino"):
+            plan.reason = "openvino is not installed here: its per-op outputs cannot be read"
+            return plan
+        plan.compared = OpenVINOSide(ws.abs(fs.path), io_names=fs.io_names, label=key)
+        plan.notes.append("OpenVINO ops are matched by the ONNX tensor names its frontend kept on their outputs; "
+                          "an op marked as an output is not fused as in the runner's compiled model, so its "
+                          "numbers may differ slightly from the runner's")
+        parent = next((k for k in chain[1:] if k in onnx_keys), None)
+        if parent is not None:
+            plan.compared.onnx_parent = OnnxSide(ws.abs(st.formats[parent].path),
+                                                 io_names=st.formats[parent].io_names, label=parent)
+        return plan
+    parent = next((k for k in chain[1:] if k in onnx_keys), None)
+    if parent is None or parent == ref_key:
+        plan.reason = (f"{fs.format} does not expose its internal tensors here, and its ONNX parent "
+                       f"{parent or '(none)'} is the reference itself: nothing to compare node by node")
+        return plan
+    plan.notes.append(f"{fs.format} does not expose its internal tensors: compared its ONNX parent {parent} instead")
+    pfs = st.formats[parent]
+    plan.compared = OnnxSide(ws.abs(pfs.path), io_names=pfs.io_names, level="disabled", label=parent)
+    return plan
+
+
+# --------------------------------------------------------------------------- the walk
+def _input_info(name: str, compared, reference, checks: dict[str, TensorCheck], alias: str | None = None) -> dict:
+    """What one input of the divergent node was; ``alias``: its name in the ONNX graph (OpenVINO
+    constants the frontend made lose their ONNX name)."""
+    import numpy as np
+
+    if name in checks:
+        c = checks[name]
+        return {"name": name, "kind": "tensor", "within_tolerance": c.passed, "max_abs": c.max_abs,
+                "max_rel": c.max_rel}
+    const = compared.constant(name)
+    if const is not None:
+        info: dict = {"name": name, "kind": "constant", "shape": list(const.shape), "dtype": str(const.dtype)}
+        ref = reference.constant(name)
+        if ref is None and alias and alias != name:
+            info["onnx_name"] = alias
+            ref = reference.constant(alias)
+        if ref is None:
+            info["reference"] = "not in the reference model"
+        elif ref.size != const.size:
+            info["reference"] = f"differs: shape {list(ref.shape)} in the reference"
+            info["differs_from_reference"] = True
+        else:
+            const = const.reshape(ref.shape)     # OpenVINO keeps constants broadcast-ready ([16] -> [1, 16])
+            same = bool(np.array_equal(const, ref, equal_nan=const.dtype.kind in "fc"))
+            info["differs_from_reference"] = not same
+            if not same:
+                diff = np.abs(const.astype(np.float64) - ref.astype(np.float64))
+                info["max_abs_vs_reference"] = float(np.nanmax(diff)) if diff.size else 0.0
+        return info
+    if name in getattr(compared, "graph_inputs", ()) or name in (reference.graph_inputs or ()):
+        return {"name": name, "kind": "graph input"}
+    return {"name": name, "kind": "not compared", "reason": "no tensor of this name on the reference side"}
+
+
+def _fmt(v) -> str:
+    return "n/a" if v is None else f"{v:.3g}"
+
+
+def locate(reference, compared, samples: list[dict], rule_of) -> dict:
+    """Run both sides on ``samples`` and walk ``compared``'s nodes; returns the report's core."""
+    checks: dict[str, TensorCheck] = {}
+    only_here: set[str] = set()
+    wanted = [t for n in compared.nodes for t in n.outputs]
+    for sample in samples:
+        ref = reference.run(sample)
+        out = compared.run(sample)
+        for t in wanted:
+            if t not in out:
+                continue
+            if t not in ref:
+                only_here.add(t)
+                continue
+            if t not in checks:
+                rule = rule_of(t, str(ref[t].dtype))
+                checks[t] = TensorCheck(t, rule.mode, rule.atol, rule.rtol, rule.threshold)
+            _compare_into(checks[t], out[t], ref[t])
+    divergent = [n for n in compared.nodes if any(t in checks and not checks[t].passed for t in n.outputs)]
+    compared_nodes = [n for n in compared.nodes if any(t in checks for t in n.outputs)]
+    core: dict = {"nodes": len(compared.nodes), "nodes_compared": len(compared_nodes),
+                  "tensors_compared": len(checks), "tensors_not_in_reference": len(only_here),
+                  "tensors_failing": sum(not c.passed for c in checks.values()), "first_divergent": None,
+                  "later_divergent": [n.name for n in divergent[1:1 + MAX_LATER]],
+                  "later_divergent_count": max(0, len(divergent) - 1)}
+    if divergent:
+        n = divergent[0]
+        core["first_divergent"] = {
+            "node": n.name, "index": n.index, "op_type": n.op_type,
+            "inputs": [_input_info(i, compared, reference, checks,
+                                   n.onnx_inputs[j] if n.onnx_inputs and len(n.onnx_inputs) == len(n.inputs)
+                                   else None) for j, i in enumerate(n.inputs)],
+            "outputs": [checks[t].to_dict() if t in checks else {"name": t, "compared": False} for t in n.outputs]}
+        if n.onnx_node:
+            core["first_divergent"]["onnx_node"] = n.onnx_node
+    core["tensors"] = {t: c.to_dict() for t, c in checks.items()}
+    return core
+
+
+def debug_workspace(workspace: str | os.PathLike, key: str, *, runner: str | None = None,
+                    atol: float | None = None, rtol: float | None = None) -> dict:
+    """Locate the first divergent node of ``key``; writes ``report/debug-<key>.json`` and returns the report."""
+    import json
+
+    from navigator import formats
+    from navigator.workspace import npz
+    from navigator.workspace import status as status_mod
+    from navigator.workspace.atomic import write_text
+    from navigator.workspace.layout import Workspace
+
+    for option, value in (("--atol", atol), ("--rtol", rtol)):
+        if value is not None and not value >= 0:
+            raise UserInputError(f"{option}: must be >= 0, got {value}")
+    ws = Workspace.find(workspace)
+    st = status_mod.load(ws.status_path)
+    fs = st.formats.get(key)
+    if fs is None:
+        raise UserInputError(f"no format {key!r} in {ws.root.name}; have: {', '.join(st.formats) or 'none'}")
+    if fs.convert.status != "ok" or not fs.path:
+        raise UserInputError(f"{key} was not converted ({fs.convert.status}: {fs.convert.reason}): there is no "
+                             "artifact to debug")
+    runner_key = _pick_runner(fs, key, runner)
+    samples = npz.load_folder(ws.inputs_dir)
+    if not samples:
+        raise UserInputError(f"{ws.rel(ws.inputs_dir)} holds no samples")
+    k = formats.parse_key(key)
+    cfg = st.config or {}
+    outputs = set(st.signature.output_names)
+    rs = fs.runners.get(runner_key) if runner_key else None
+    report: dict = {"key": key, "runner": runner_key, "created": status_mod.now(),
+                    "verify": {"status": rs.verify.status, "reason": rs.verify.reason} if rs else None,
+                    "samples": len(samples), "notes": []}
+    plan = _plan(ws, st, key, runner_key)
+    report["notes"] = plan.notes
+    if plan.compared is None:
+        report |= {"status": "not_localized", "reason": plan.reason}
+    else:
+        sides = [plan.reference, plan.compared]
+        parent = getattr(plan.compared, "onnx_parent", None)
+        try:
+            for side in sides:
+                side.activate()
+            if parent is not None:     # name the ONNX node that made each OpenVINO op's tensor
+                for n in plan.compared.nodes:
+                    src = next((parent.producers[t] for t in n.outputs if t in parent.producers), None)
+                    if src is not None:
+                        n.onnx_node = {"name": src.name, "op_type": src.op_type, "model": parent.label}
+                        n.onnx_inputs = src.inputs
+            core = locate(plan.reference, plan.compared, samples,
+                          lambda t, dtype: _rule(t, dtype, k, cfg, atol, rtol, t in outputs))
+        finally:
+            for side in sides:
+                side.close()
+        report["reference"] = plan.reference.describe(ws)
+        report["compared"] = plan.compared.describe(ws)
+        report |= core
+        report["status"] = "diverged" if core["first_divergent"] else "no_divergence"
+        if core["first_divergent"] is None:
+            report["reason"] = ("no node's output leaves tolerance" + (
+                f" although {runner_key} failed verification: the divergence may come from the runtime's own "
+                "optimisations or from a device-specific kernel" if rs and rs.verify.status == "failed" else ""))
+        if core["tensors_compared"] == 0:
+            report["status"] = "not_localized"
+            report["reason"] = "no intermediate tensor has the same name on both sides"
+    path = ws.report_dir / f"debug-{key}.json"
+    write_text(path, json.dumps(report, indent=1, default=str) + "\n")
+    report["report_path"] = str(path)
+    return report
+
+
+def summary_lines(report: dict) -> list[str]:
+    """A one-screen summary of a debug report."""
+    lines = [f"debug {report['key']}" + (f" [{report['runner']}]" if report.get("runner") else "")
+             + (f": verification {report['verify']['status']}" if report.get("verify") else "")]
+    if report.get("reference"):
+        r, c = report["reference"], report["compared"]
+        lines.append(f"reference: {r['path']} ({r['engine']}, optimisations {r.get('graph_optimization_level')}); "
+                     f"compared: {c['path']} ({c['engine']} on {c['device']})")
+        lines.append(f"{report['tensors_compared']} tensors of {report['nodes_compared']}/{report['nodes']} nodes "
+                     f"compared over {report['samples']} samples; {report['tensors_failing']} outside tolerance, "
+                     f"{report['tensors_not_in_reference']} not in the reference")
+    for note in report.get("notes", []):
+        lines.append(f"note: {note}")
+    first = report.get("first_divergent")
+    if first:
+        onnx_node = first.get("onnx_node")
+        lines.append(f"first divergent node: {first['node']} ({first['op_type']}, node #{first['index']})"
+                     + (f", from ONNX node {onnx_node['name']} ({onnx_node['op_type']})" if onnx_node else ""))
+        for inp in first["inputs"]:
+            if inp["kind"] == "tensor":
+                state = ("within tolerance" if inp["within_tolerance"] else "already outside tolerance")
+                lines.append(f"  input  {inp['name']}: {state} (max abs {_fmt(inp['max_abs'])})")
+            elif inp["kind"] == "constant":
+                state = ("DIFFERS from the reference's" + (f" (max abs {_fmt(inp['max_abs_vs_reference'])})"
+                                                           if "max_abs_vs_reference" in inp else "")
+                         if inp.get("differs_from_reference") else inp.get("reference", "same as the reference's"))
+                alias = f" (ONNX {inp['onnx_name']})" if inp.get("onnx_name") else ""
+                lines.append(f"  input  {inp['name']}{alias}: constant {inp['dtype']} {inp['shape']}, {state}")
+            else:
+                lines.append(f"  input  {inp['name']}: {inp['kind']}" + (f" ({inp['reason']})" if inp.get("reason")
+                                                                         else ""))
+        for out in first["outputs"]:
+            if out.get("compared") is False:
+                lines.append(f"  output {out['name']}: not compared")
+            else:
+                lines.append(f"  output {out['name']}: " + (out["reason"] or "within tolerance"))
+        if report["later_divergent_count"]:
+            later = ", ".join(report["later_divergent"])
+            more = report["later_divergent_count"] - len(report["later_divergent"])
+            lines.append(f"then {report['later_divergent_count']} later nodes diverge: {later}"
+                         + (f" and {more} more" if more > 0 else ""))
+    else:
+        lines.append(f"{report['status']}: {report.get('reason')}")
+    if report.get("report_path"):
+        lines.append(f"report: {report['report_path']}")
+    return lines

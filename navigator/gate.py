@@ -1,0 +1,673 @@
+"""The model-release gate: a policy checked against a workspace.
+
+A policy (YAML or a mapping) names the formats a release needs, how each
+output must compare with the reference, throughput and p99 latency bounds
+per format, and a regression bound against a baseline workspace:
+
+    require_formats: [onnx, onnx-optimized]
+    outputs: {logits: {mode: tolerance, atol: 1.0e-4, rtol: 1.0e-3}}
+    min_throughput: {onnx: 1000}                        # at the best batch size
+    max_p99_ms: {onnx: {batch_size: 8, value: 5.0}}     # or at a stated one
+    max_regression: 0.05                                # with a baseline workspace
+    noise_margin: 0.03                                  # optional, see below
+
+:func:`evaluate` turns it into one :class:`Check` per question asked (kinds:
+``workspace``, ``format``, ``tolerance``, ``throughput``, ``latency``,
+``regression``). Tolerance checks re-compare the outputs stored in
+``formats/<key>/outputs/<runner>/`` with ``samples/reference/`` through the
+same comparator as verification; they never trust the recorded maxima.
+Outputs the policy does not name are re-compared with the rule recorded for
+them in status.yaml.
+
+Regression is compared only when the two workspaces' environment
+fingerprints match (:data:`FINGERPRINT_KEYS`, :data:`FINGERPRINT_PACKAGES`);
+otherwise the check is skipped with the differing fields. A drop fails only
+when it exceeds ``max_regression`` plus a noise margin: ``noise_margin`` from
+the policy, else :data:`DEFAULT_NOISE_MARGIN` (3%), widened to
+:data:`UNSTABLE_NOISE_MARGIN` (10%, the profiler's stability bound) when
+either profile is recorded ``stable: false``. status.yaml does not record the
+spread of the profile windows, so it cannot be used.
+
+The result goes to ``<ws>/report/gate.json``; :class:`GateResult` also
+renders JUnit XML (one test case per check) and a markdown summary.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from navigator.errors import UserInputError
+
+DEFAULT_NOISE_MARGIN = 0.03
+UNSTABLE_NOISE_MARGIN = 0.10
+FINGERPRINT_KEYS = ("python", "platform", "cpu", "cpu_count", "gpu", "device")
+FINGERPRINT_PACKAGES = ("onnxruntime", "torch", "openvino", "tensorrt")   # as deps.versions() names them
+MODES = ("tolerance", "exact", "mismatch_fraction", "cosine", "skip")
+KINDS = ("workspace", "format", "tolerance", "throughput", "latency", "regression")
+POLICY_KEYS = ("require_formats", "outputs", "min_throughput", "max_p99_ms", "max_regression", "noise_margin")
+OUTPUT_KEYS = ("mode", "atol", "rtol", "threshold")
+
+
+# --------------------------------------------------------------------------- policy
+@dataclass(frozen=True)
+class OutputPolicy:
+    """How one output must compare with the reference."""
+
+    mode: str = "tolerance"
+    atol: float | None = None           # None: the workspace's tolerance for the format's precision
+    rtol: float | None = None
+    threshold: float | None = None      # mismatch_fraction / cosine bound
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A throughput or latency bound, at the best batch size or at ``batch_size``."""
+
+    value: float
+    batch_size: int | None = None
+
+    def where(self) -> str:
+        return "at the best batch size" if self.batch_size is None else f"at batch {self.batch_size}"
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    require_formats: tuple[str, ...] = ()
+    outputs: dict[str, OutputPolicy] = field(default_factory=dict)
+    min_throughput: dict[str, Bound] = field(default_factory=dict)
+    max_p99_ms: dict[str, Bound] = field(default_factory=dict)
+    max_regression: float | None = None
+    noise_margin: float | None = None
+    source: str = "policy"
+
+    @property
+    def formats(self) -> list[str]:
+        """Every format the policy gates, in order of first mention."""
+        out: list[str] = []
+        for key in (*self.require_formats, *self.min_throughput, *self.max_p99_ms):
+            if key not in out:
+                out.append(key)
+        return out
+
+    def check_outputs(self, output_names: list[str]) -> None:
+        """Refuse output names the model does not have."""
+        for name in self.outputs:
+            if name not in output_names:
+                raise UserInputError(f"{self.source}: outputs.{name}: the model has no output {name!r}; its "
+                                     f"outputs are {', '.join(repr(n) for n in output_names)}")
+
+    def to_dict(self) -> dict:
+        def bound(b: Bound):
+            return b.value if b.batch_size is None else {"batch_size": b.batch_size, "value": b.value}
+
+        return {"require_formats": list(self.require_formats),
+                "outputs": {k: {f: getattr(v, f) for f in OUTPUT_KEYS if getattr(v, f) is not None}
+                            for k, v in self.outputs.items()},
+                "min_throughput": {k: bound(v) for k, v in self.min_throughput.items()},
+                "max_p99_ms": {k: bound(v) for k, v in self.max_p99_ms.items()},
+                "max_regression": self.max_regression, "noise_margin": self.noise_margin}
+
+
+def _number(where: str, value: Any, *, minimum: float | None = None, positive: bool = False,
+            below: float | None = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise UserInputError(f"{where}: expected a number, got {type(value).__name__} ({value!r})")
+    try:
+        number = float(value)          # YAML 1.1 reads 1e-3 (no dot) as a string
+    except ValueError:
+        raise UserInputError(f"{where}: expected a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise UserInputError(f"{where}: expected a finite number, got {value!r}")
+    if positive and number <= 0:
+        raise UserInputError(f"{where}: must be > 0, got {value!r}")
+    if minimum is not None and number < minimum:
+        raise UserInputError(f"{where}: must be >= {minimum:g}, got {value!r}")
+    if below is not None and number >= below:
+        raise UserInputError(f"{where}: must be < {below:g}, got {value!r}")
+    return number
+
+
+def _format_key(where: str, value: Any) -> str:
+    from navigator import formats
+
+    if not isinstance(value, str):
+        raise UserInputError(f"{where}: expected a format key such as onnx-optimized, got {value!r}")
+    try:
+        formats.parse_key(value)
+    except UserInputError as e:
+        raise UserInputError(f"{where}: unknown format {value!r} ({e.one_line()})") from None
+    return value
+
+
+def _mapping(where: str, value: Any) -> dict:
+    if not isinstance(value, dict):
+        raise UserInputError(f"{where}: expected a mapping, got {type(value).__name__} ({value!r})")
+    return value
+
+
+def _bounds(source: str, key: str, value: Any, *, positive: bool) -> dict[str, Bound]:
+    out: dict[str, Bound] = {}
+    for fmt, spec in _mapping(f"{source}: {key}", value).items():
+        where = f"{source}: {key}.{fmt}"
+        fmt = _format_key(where, fmt)
+        if isinstance(spec, dict):
+            unknown = sorted(set(spec) - {"batch_size", "value"})
+            if unknown:
+                raise UserInputError(f"{where}: unknown key {unknown[0]!r}; valid: batch_size, value")
+            if "value" not in spec:
+                raise UserInputError(f"{where}: needs 'value' (and optionally 'batch_size')")
+            batch = spec.get("batch_size")
+            if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+                raise UserInputError(f"{where}.batch_size: expected an integer >= 1, got {batch!r}")
+            out[fmt] = Bound(_number(f"{where}.value", spec["value"], positive=positive, minimum=0.0), batch)
+        else:
+            out[fmt] = Bound(_number(where, spec, positive=positive, minimum=0.0))
+    return out
+
+
+def _output_policy(source: str, name: str, spec: Any) -> OutputPolicy:
+    where = f"{source}: outputs.{name}"
+    if isinstance(spec, str):
+        spec = {"mode": spec}
+    spec = _mapping(where, spec)
+    unknown = sorted(set(spec) - set(OUTPUT_KEYS))
+    if unknown:
+        raise UserInputError(f"{where}: unknown key {unknown[0]!r}; valid: {', '.join(OUTPUT_KEYS)}")
+    mode = spec.get("mode", "tolerance")
+    if mode not in MODES:
+        raise UserInputError(f"{where}.mode: {mode!r} is not one of {', '.join(MODES)}")
+    atol = None if spec.get("atol") is None else _number(f"{where}.atol", spec["atol"], minimum=0.0)
+    rtol = None if spec.get("rtol") is None else _number(f"{where}.rtol", spec["rtol"], minimum=0.0)
+    threshold = spec.get("threshold")
+    if mode in ("mismatch_fraction", "cosine"):
+        if threshold is None:
+            raise UserInputError(f"{where}: mode {mode} needs a threshold")
+        threshold = _number(f"{where}.threshold", threshold)
+        low, high = (0.0, 1.0) if mode == "mismatch_fraction" else (-1.0, 1.0)
+        if not low <= threshold <= high:
+            raise UserInputError(f"{where}.threshold: must be in [{low:g}, {high:g}] for {mode}, got {threshold:g}")
+    elif threshold is not None:
+        raise UserInputError(f"{where}.threshold: only mismatch_fraction and cosine take a threshold")
+    return OutputPolicy(mode=mode, atol=atol, rtol=rtol, threshold=threshold)
+
+
+def parse_policy(data: Any, *, source: str = "policy") -> GatePolicy:
+    """Validate a policy mapping; every error is a UserInputError naming the key."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise UserInputError(f"{source}: expected a mapping of policy keys at the top level, "
+                             f"got {type(data).__name__}")
+    unknown = sorted(str(k) for k in data if k not in POLICY_KEYS)
+    if unknown:
+        raise UserInputError(f"{source}: unknown key {unknown[0]!r}; valid: {', '.join(POLICY_KEYS)}")
+    required = data.get("require_formats") or []
+    if isinstance(required, str):
+        required = [required]
+    if not isinstance(required, (list, tuple)):
+        raise UserInputError(f"{source}: require_formats: expected a list of format keys, got "
+                             f"{type(required).__name__}")
+    required = tuple(dict.fromkeys(_format_key(f"{source}: require_formats[{i}]", k)
+                                   for i, k in enumerate(required)))
+    outputs = {str(name): _output_policy(source, str(name), spec)
+               for name, spec in _mapping(f"{source}: outputs", data.get("outputs") or {}).items()}
+    min_thr = _bounds(source, "min_throughput", data.get("min_throughput") or {}, positive=True)
+    max_p99 = _bounds(source, "max_p99_ms", data.get("max_p99_ms") or {}, positive=True)
+    max_reg = data.get("max_regression")
+    if max_reg is not None:
+        max_reg = _number(f"{source}: max_regression", max_reg, minimum=0.0, below=1.0)
+    margin = data.get("noise_margin")
+    if margin is not None:
+        margin = _number(f"{source}: noise_margin", margin, minimum=0.0, below=1.0)
+    policy = GatePolicy(require_formats=required, outputs=outputs, min_throughput=min_thr, max_p99_ms=max_p99,
+                        max_regression=max_reg, noise_margin=margin, source=source)
+    if not policy.formats:
+        raise UserInputError(f"{source}: names no format to gate; give require_formats (or min_throughput / "
+                             "max_p99_ms)")
+    return policy
+
+
+def load_policy(policy: Any) -> GatePolicy:
+    """A GatePolicy from a path to YAML, a mapping, or a GatePolicy."""
+    if isinstance(policy, GatePolicy):
+        return policy
+    if isinstance(policy, dict):
+        return parse_policy(policy, source="policy")
+    if isinstance(policy, (str, os.PathLike)):
+        import yaml
+
+        p = Path(policy)
+        source = f"--policy {p}"
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UserInputError(f"{source}: no such file") from None
+        except IsADirectoryError:
+            raise UserInputError(f"{source}: is a directory, expected a YAML file") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise UserInputError(f"{source}: cannot read ({e})") from None
+        except yaml.YAMLError as e:
+            raise UserInputError(f"{source}: not valid YAML ({str(e).splitlines()[0]})") from None
+        return parse_policy(data, source=source)
+    raise UserInputError(f"policy: expected a path to a YAML file or a mapping, got {type(policy).__name__}")
+
+
+# --------------------------------------------------------------------------- result
+@dataclass
+class Check:
+    """One question the gate asked. ``skipped`` checks do not fail the gate."""
+
+    kind: str
+    name: str
+    passed: bool
+    message: str
+    details: dict = field(default_factory=dict)
+    skipped: bool = False
+
+    @property
+    def status(self) -> str:
+        return "skipped" if self.skipped else ("passed" if self.passed else "failed")
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "name": self.name, "status": self.status, "passed": self.passed,
+                "message": self.message, "details": self.details}
+
+
+@dataclass
+class GateResult:
+    checks: list[Check]
+    workspace: str
+    policy: dict
+    baseline: str | None = None
+    created: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks)
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if not c.passed]
+
+    def counts(self) -> dict[str, int]:
+        return {s: sum(c.status == s for c in self.checks) for s in ("passed", "failed", "skipped")}
+
+    def headline(self) -> str:
+        n = self.counts()
+        verdict = "passed" if self.passed else "FAILED"
+        return (f"gate {verdict}: {len(self.checks)} checks, {n['passed']} passed, {n['failed']} failed, "
+                f"{n['skipped']} skipped")
+
+    def to_dict(self) -> dict:
+        return {"passed": self.passed, "created": self.created, "workspace": self.workspace,
+                "baseline": self.baseline, "counts": self.counts(), "policy": self.policy,
+                "checks": [c.to_dict() for c in self.checks]}
+
+    # -- JUnit XML -----------------------------------------------------------
+    def junit_xml(self) -> str:
+        """``<testsuites><testsuite name="navigator-gate">`` with one test case per check."""
+        import xml.etree.ElementTree as ET
+
+        n = self.counts()
+        suites = ET.Element("testsuites", name="navigator", tests=str(len(self.checks)),
+                            failures=str(n["failed"]), skipped=str(n["skipped"]), errors="0")
+        suite = ET.SubElement(suites, "testsuite", name="navigator-gate", tests=str(len(self.checks)),
+                              failures=str(n["failed"]), skipped=str(n["skipped"]), errors="0", time="0",
+                              timestamp=self.created)
+        props = ET.SubElement(suite, "properties")
+        ET.SubElement(props, "property", name="workspace", value=_xml_safe(self.workspace))
+        if self.baseline:
+            ET.SubElement(props, "property", name="baseline", value=_xml_safe(self.baseline))
+        for c in self.checks:
+            case = ET.SubElement(suite, "testcase", classname=f"navigator.gate.{c.kind}", name=_xml_safe(c.name),
+                                 time="0")
+            if c.skipped:
+                ET.SubElement(case, "skipped", message=_xml_safe(c.message))
+            elif not c.passed:
+                failure = ET.SubElement(case, "failure", message=_xml_safe(c.message), type=c.kind)
+                failure.text = _xml_safe(_details_text(c))
+            else:
+                out = ET.SubElement(case, "system-out")
+                out.text = _xml_safe(c.message)
+        ET.indent(suites)
+        text = '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+        ET.fromstring(text.split("\n", 1)[1])     # it must parse: a CI report that does not is worse than none
+        return text
+
+    # -- markdown --------------------------------------------------------------
+    def markdown(self) -> str:
+        icons = {"passed": "✅", "failed": "❌", "skipped": "⏭️"}
+        n = self.counts()
+        lines = [f"## Navigator gate: {'✅ passed' if self.passed else '❌ failed'}", "",
+                 f"Workspace `{Path(self.workspace).name}`"
+                 + (f", baseline `{Path(self.baseline).name}`" if self.baseline else "")
+                 + f": {len(self.checks)} checks, {n['passed']} passed, {n['failed']} failed, "
+                   f"{n['skipped']} skipped.", "",
+                 "| | check | kind | result |", "|---|---|---|---|"]
+        for c in self.checks:
+            lines.append(f"| {icons[c.status]} | {_md(c.name)} | {c.kind} | {_md(c.message)} |")
+        return "\n".join(lines) + "\n"
+
+    def write(self, ws_root: str | os.PathLike, *, junit: str | os.PathLike | None = None,
+              markdown: str | os.PathLike | None = None) -> Path:
+        """``<ws>/report/gate.json`` (and the JUnit / markdown files when asked); returns gate.json's path."""
+        import json
+
+        from navigator.workspace.atomic import write_text
+
+        path = Path(ws_root) / "report" / "gate.json"
+        write_text(path, json.dumps(self.to_dict(), indent=1, default=str) + "\n")
+        if junit:
+            write_text(junit, self.junit_xml())
+        if markdown:
+            write_text(markdown, self.markdown())
+        return path
+
+
+_XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _xml_safe(text: Any) -> str:
+    return _XML_BAD.sub("?", str(text))
+
+
+def _md(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _details_text(c: Check) -> str:
+    lines = [c.message]
+    for k, v in c.details.items():
+        lines.append(f"{k}: {v}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- evaluation
+def _fmt_num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4g}"
+
+
+def _profiled(fs) -> list[tuple[str, Any]]:
+    """(runner key, ProfileStep) of the runners that verified and profiled ``fs``."""
+    return [(rk, rs.profile) for rk, rs in fs.runners.items()
+            if rs.verify.status == "ok" and rs.profile.status == "ok" and rs.profile.results]
+
+
+def _why_not_profiled(fs) -> str:
+    if fs.convert.status != "ok":
+        return f"not converted ({fs.convert.status}: {fs.convert.reason})"
+    reasons = [f"{rk}: verify {rs.verify.status}, profile {rs.profile.status}"
+               + (f" ({rs.profile.reason})" if rs.profile.status != "ok" and rs.profile.reason else "")
+               for rk, rs in fs.runners.items()]
+    return "no verified, profiled runner (" + ("; ".join(reasons) or "no runner") + ")"
+
+
+def best_throughput(fs, batch_size: int | None = None) -> tuple[str, Any] | None:
+    """(runner key, ProfileResult) with the highest throughput, over every batch size or at one."""
+    found = []
+    for rk, prof in _profiled(fs):
+        for r in prof.results:
+            if batch_size is None or r.batch_size == batch_size:
+                found.append((rk, r))
+    return max(found, key=lambda x: x[1].throughput, default=None)
+
+
+def _profiled_sizes(fs) -> list[int]:
+    return sorted({r.batch_size for _, prof in _profiled(fs) for r in prof.results})
+
+
+def _check_workspace(st) -> Check:
+    ok = st.state == "complete"
+    return Check("workspace", "workspace run complete", ok,
+                 f"state {st.state}" + ("" if ok else ": the run did not finish; rerun navigator convert"),
+                 {"state": st.state, "model": st.model.name})
+
+
+def _check_format(st, key: str) -> Check:
+    fs = st.formats.get(key)
+    name = f"{key} converted and verified"
+    if fs is None:
+        return Check("format", name, False, f"{key} is not in the workspace (has: {', '.join(st.formats) or 'none'})")
+    runners = {rk: rs.verify.status for rk, rs in fs.runners.items()}
+    details = {"convert": fs.convert.status, "runners": runners}
+    if fs.convert.status != "ok":
+        return Check("format", name, False, f"convert {fs.convert.status}: {fs.convert.reason}", details)
+    if fs.verified:
+        return Check("format", name, True, ", ".join(f"{rk} verify {s}" for rk, s in runners.items()), details)
+    bad = [f"{rk} verify {rs.verify.status}" + (f": {rs.verify.reason}" if rs.verify.reason else "")
+           for rk, rs in fs.runners.items() if rs.verify.status != "ok"]
+    return Check("format", name, False, "; ".join(bad) or "no runner verified it", details)
+
+
+def _rule(st, key: str, runner_key: str, output: str, policy: GatePolicy):
+    """(OutputRule, where it came from) for one output of one (format, runner)."""
+    from navigator import formats
+    from navigator.validators.tolerances import OutputRule, rule_for
+
+    fs = st.formats[key]
+    k = formats.parse_key(key)
+    spec = st.signature.output(output)
+    cfg = st.config or {}
+    default = rule_for(output, spec.dtype, precision=k.precision, fmt=k.format, compare=cfg.get("compare"),
+                       atol=cfg.get("atol"), rtol=cfg.get("rtol"))
+    recorded = fs.runners[runner_key].verify.outputs.get(output)
+    if recorded is not None:
+        default = OutputRule(mode=recorded.mode, atol=recorded.atol, rtol=recorded.rtol,
+                             threshold=recorded.threshold)
+    pol = policy.outputs.get(output)
+    if pol is None:
+        return default, "workspace"
+    base = rule_for(output, spec.dtype, precision=k.precision, fmt=k.format)
+    return OutputRule(mode=pol.mode, atol=pol.atol if pol.atol is not None else base.atol,
+                      rtol=pol.rtol if pol.rtol is not None else base.rtol, threshold=pol.threshold), "policy"
+
+
+def _stored_pairs(ws, st, key: str, runner_key: str) -> list[tuple[str, Any, Any]]:
+    """(label, outputs, reference) for every stored output file of one (format, runner)."""
+    from navigator.profiling import batch_of
+    from navigator.workspace import npz
+
+    out_dir = ws.outputs_dir(key, runner_key)
+    pairs = []
+    for ref_path in sorted(ws.reference_dir.glob("*.npz")):
+        reference = None
+        full = out_dir / ref_path.name
+        if full.is_file():
+            reference = npz.load(ref_path)
+            pairs.append((f"sample {ref_path.stem}", npz.load(full), reference))
+        for path in sorted(out_dir.glob(f"{ref_path.stem}-bs*.npz")):
+            m = re.fullmatch(rf"{re.escape(ref_path.stem)}-bs(\d+)", path.stem)
+            if not m or st.batch_dim is None:
+                continue
+            size = int(m.group(1))
+            reference = reference if reference is not None else npz.load(ref_path)
+            pairs.append((f"sample {ref_path.stem}, batch {size}", npz.load(path),
+                          batch_of(reference, st.batch_dim, size)))
+    return pairs
+
+
+def _check_tolerances(ws, st, key: str, policy: GatePolicy) -> list[Check]:
+    from polygraphy.logger import G_LOGGER
+
+    from navigator.validators.numeric import Accumulator, compare_outputs
+
+    fs = st.formats.get(key)
+    if fs is None or fs.convert.status != "ok":
+        return []
+    checks: list[Check] = []
+    cfg = st.config or {}
+    for rk, rs in fs.runners.items():
+        outputs = st.signature.output_names
+        if rs.verify.status == "skipped":
+            for name in outputs:
+                checks.append(Check("tolerance", f"{key} [{rk}] {name}", True,
+                                    f"runner not run here: {rs.verify.reason}", skipped=True))
+            continue
+        pairs = _stored_pairs(ws, st, key, rk)
+        rules = {name: _rule(st, key, rk, name, policy) for name in outputs}
+        accs = {name: Accumulator(name, rule) for name, (rule, _) in rules.items()}
+        if pairs:
+            with G_LOGGER.verbosity(G_LOGGER.CRITICAL):    # Polygraphy prints a report per comparison
+                for label, out, ref in pairs:
+                    compare_outputs(out, ref, accs, allow_nan=bool(cfg.get("allow_nan")),
+                                    error_stat=cfg.get("error_stat") or "elemwise", where=f" ({label})")
+        for name in outputs:
+            rule, origin = rules[name]
+            cname = f"{key} [{rk}] {name}"
+            if rule.mode == "skip":
+                checks.append(Check("tolerance", cname, True, f"mode skip ({origin})", skipped=True))
+                continue
+            if not pairs:
+                checks.append(Check("tolerance", cname, False,
+                                    f"no stored outputs in {ws.rel(ws.outputs_dir(key, rk))} "
+                                    f"(verify {rs.verify.status})"))
+                continue
+            c = accs[name].result()
+            details = c.to_dict() | {"rule_from": origin, "comparisons": len(pairs)}
+            bound = (f"atol {_fmt_num(rule.atol)} / rtol {_fmt_num(rule.rtol)}" if rule.mode == "tolerance"
+                     else f"{rule.mode} {_fmt_num(rule.threshold)}" if rule.threshold is not None else rule.mode)
+            if c.passed:
+                measured = (f"max abs {_fmt_num(c.max_abs)} / max rel {_fmt_num(c.max_rel)}"
+                            if c.measured is None else f"measured {_fmt_num(c.measured)}")
+                msg = f"{measured} within {bound} ({origin} rule, {len(pairs)} stored results)"
+            else:
+                msg = f"{c.reason} ({origin} rule: {bound})"
+            checks.append(Check("tolerance", cname, c.passed, msg, details))
+    return checks
+
+
+def _check_throughput(st, key: str, bound: Bound) -> Check:
+    name = f"{key} throughput >= {bound.value:g}/s {bound.where()}"
+    fs = st.formats.get(key)
+    if fs is None:
+        return Check("throughput", name, False, f"{key} is not in the workspace")
+    found = best_throughput(fs, bound.batch_size)
+    if found is None:
+        sizes = _profiled_sizes(fs)
+        why = (f"not profiled at batch {bound.batch_size} (profiled: {', '.join(map(str, sizes))})"
+               if sizes else _why_not_profiled(fs))
+        return Check("throughput", name, False, why)
+    rk, r = found
+    ok = r.throughput >= bound.value
+    msg = f"{r.throughput:.1f}/s at batch {r.batch_size} on {rk}" + ("" if ok else f" < {bound.value:g}/s")
+    return Check("throughput", name, ok, msg, {"runner": rk, "batch_size": r.batch_size,
+                                                "throughput": r.throughput, "required": bound.value})
+
+
+def _check_latency(st, key: str, bound: Bound) -> Check:
+    name = f"{key} p99 latency <= {bound.value:g} ms {bound.where()}"
+    fs = st.formats.get(key)
+    if fs is None:
+        return Check("latency", name, False, f"{key} is not in the workspace")
+    if bound.batch_size is None:
+        found = best_throughput(fs)       # the latency of the configuration a deployment would pick
+    else:
+        at = [(rk, r) for rk, prof in _profiled(fs) for r in prof.results
+              if r.batch_size == bound.batch_size and r.latency_ms.get("p99") is not None]
+        found = min(at, key=lambda x: x[1].latency_ms["p99"], default=None)
+    if found is None:
+        sizes = _profiled_sizes(fs)
+        why = (f"not profiled at batch {bound.batch_size} (profiled: {', '.join(map(str, sizes))})"
+               if bound.batch_size is not None and sizes else _why_not_profiled(fs))
+        return Check("latency", name, False, why)
+    rk, r = found
+    p99 = r.latency_ms.get("p99")
+    if p99 is None:
+        return Check("latency", name, False, f"no p99 recorded for batch {r.batch_size} on {rk}")
+    ok = p99 <= bound.value
+    msg = f"p99 {p99:.4g} ms at batch {r.batch_size} on {rk}" + ("" if ok else f" > {bound.value:g} ms")
+    return Check("latency", name, ok, msg, {"runner": rk, "batch_size": r.batch_size, "p99_ms": p99,
+                                             "required": bound.value})
+
+
+def fingerprint(environment: dict) -> dict:
+    """The parts of status.yaml's environment that throughput depends on."""
+    env = environment or {}
+    packages = env.get("packages") or {}
+    out = {k: env.get(k) for k in FINGERPRINT_KEYS}
+    out.update({f"packages.{p}": packages.get(p) for p in FINGERPRINT_PACKAGES})
+    return out
+
+
+def fingerprint_differences(a: dict, b: dict) -> list[str]:
+    fa, fb = fingerprint(a), fingerprint(b)
+    return [f"{k}: {fb[k]!r} -> {fa[k]!r}" for k in fa if fa[k] != fb[k]]
+
+
+def regression_margin(policy: GatePolicy, *profiles) -> tuple[float, str]:
+    """(noise margin, how it was chosen); see the module docstring."""
+    if policy.noise_margin is not None:
+        return policy.noise_margin, "policy noise_margin"
+    if any(p is not None and p.stable is False for p in profiles):
+        return UNSTABLE_NOISE_MARGIN, "a profile is recorded stable: false"
+    return DEFAULT_NOISE_MARGIN, "default"
+
+
+def _check_regressions(st, base, key: str, policy: GatePolicy, diffs: list[str]) -> Check:
+    name = f"{key} throughput regression <= {policy.max_regression:.4g} vs baseline"
+    if diffs:
+        return Check("regression", name, True, "environments differ, not compared: " + "; ".join(diffs),
+                     {"differences": diffs}, skipped=True)
+    fs = st.formats.get(key)
+    if fs is None or best_throughput(fs) is None:
+        return Check("regression", name, False,
+                     f"{key} " + ("is not in the workspace" if fs is None else _why_not_profiled(fs)))
+    base_fs = base.formats.get(key)
+    if base_fs is None or best_throughput(base_fs) is None:
+        return Check("regression", name, True, f"the baseline has no profiled {key}", skipped=True)
+    rk, now = best_throughput(fs)
+    brk, then = best_throughput(base_fs)
+    margin, why = regression_margin(policy, fs.runners[rk].profile, base_fs.runners[brk].profile)
+    drop = 1.0 - now.throughput / then.throughput if then.throughput > 0 else 0.0
+    allowed = policy.max_regression + margin
+    ok = drop <= allowed
+    change = f"{-drop * 100:+.1f}%"
+    msg = (f"{now.throughput:.1f}/s ({rk}, batch {now.batch_size}) vs baseline {then.throughput:.1f}/s "
+           f"({brk}, batch {then.batch_size}): {change}; allowed drop {allowed * 100:.1f}% "
+           f"({policy.max_regression * 100:.1f}% + noise margin {margin * 100:.1f}%, {why})")
+    return Check("regression", name, ok, msg, {"throughput": now.throughput, "baseline_throughput": then.throughput,
+                                                "runner": rk, "baseline_runner": brk, "drop": round(drop, 6),
+                                                "max_regression": policy.max_regression, "noise_margin": margin,
+                                                "noise_margin_from": why})
+
+
+def evaluate(workspace: str | os.PathLike, policy: Any, *, baseline: str | os.PathLike | None = None) -> GateResult:
+    """Check ``policy`` against a workspace (or a workdir holding one); never raises on a failed check."""
+    from navigator.workspace import status as status_mod
+    from navigator.workspace.layout import Workspace
+
+    policy = load_policy(policy)
+    ws = Workspace.find(workspace)
+    st = status_mod.load(ws.status_path)
+    policy.check_outputs(st.signature.output_names)
+    base_ws = base = None
+    if baseline is not None:
+        if policy.max_regression is None:
+            raise UserInputError(f"--baseline given but {policy.source} has no max_regression")
+        base_ws = Workspace.find(baseline)
+        base = status_mod.load(base_ws.status_path)
+    checks = [_check_workspace(st)]
+    for key in policy.formats:
+        checks.append(_check_format(st, key))
+    for key in policy.formats:
+        checks.extend(_check_tolerances(ws, st, key, policy))
+    for key, bound in policy.min_throughput.items():
+        checks.append(_check_throughput(st, key, bound))
+    for key, bound in policy.max_p99_ms.items():
+        checks.append(_check_latency(st, key, bound))
+    if policy.max_regression is not None:
+        if base is None:
+            for key in policy.formats:
+                checks.append(Check("regression", f"{key} throughput regression <= {policy.max_regression:.4g} "
+                                    "vs baseline", True, "no baseline workspace given (--baseline)", skipped=True))
+        else:
+            diffs = fingerprint_differences(st.environment, base.environment)
+            for key in policy.formats:
+                checks.append(_check_regressions(st, base, key, policy, diffs))
+    return GateResult(checks=checks, workspace=str(ws.root), policy=policy.to_dict(),
+                      baseline=str(base_ws.root) if base_ws else None, created=status_mod.now())
