@@ -64,13 +64,31 @@ def foldable_mlp(features: int = 8, seed: int = 2) -> onnx.ModelProto:
                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", features])], inits)
 
 
+def small_cnn(channels: int = 8, classes: int = 4, seed: int = 3) -> onnx.ModelProto:
+    """Conv (with bias) + Relu + global pool + MatMul on x [batch, 3, h, w]: three
+    dynamic dims; the shape of net that fp16 casts and int8 Q/DQ (per-channel
+    Conv weights, fp32 bias) are checked on, and that TensorRT-RTX builds."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array((rng.standard_normal((channels, 3, 3, 3)) * 0.5).astype(np.float32), "conv_w"),
+             numpy_helper.from_array(rng.standard_normal(channels).astype(np.float32), "conv_b"),
+             numpy_helper.from_array(rng.standard_normal((channels, classes)).astype(np.float32), "fc")]
+    nodes = [helper.make_node("Conv", ["x", "conv_w", "conv_b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("MatMul", ["f", "fc"], ["logits"])]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, "h", "w"])],
+                  [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", classes])], inits)
+
+
 def save(model: onnx.ModelProto, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(path))
     return path
 
 
-ALL = {"token_classifier": token_classifier, "topk_model": topk_model, "foldable_mlp": foldable_mlp}
+ALL = {"token_classifier": token_classifier, "topk_model": topk_model, "foldable_mlp": foldable_mlp,
+       "small_cnn": small_cnn}
 
 if __name__ == "__main__":
     out = Path(sys.argv[1] if len(sys.argv) > 1 else ".")

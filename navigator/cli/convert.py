@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import argparse
 
-from navigator.cli.args import ModelArgs, ProfileArgs, ShapeArgs, VerifyArgs
+from navigator.cli.args import ModelArgs, ProfileArgs, ShapeArgs, TensorRTArgs, VerifyArgs
 
-GROUPS = (ModelArgs(), ShapeArgs(), VerifyArgs(), ProfileArgs())
+GROUPS = (ModelArgs(), ShapeArgs(), VerifyArgs(), ProfileArgs(), TensorRTArgs())
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

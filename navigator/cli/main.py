@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "status": "Print a workspace's status.yaml as a summary.",
     "gate": "Check a workspace (or a model, converted first) against a release policy; JUnit for CI.",
     "debug": "Find the first node of a format's graph whose output leaves tolerance.",
+    "check-engine": "Read a TensorRT plan's builder version and say whether it loads in a Triton release.",
 }
 
 

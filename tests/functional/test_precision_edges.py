@@ -1,0 +1,105 @@
+"""onnx -> onnx-fp16 and onnx -> onnx-int8 for real: onnxconverter-common's fp16
+cast keeping the I/O types, onnxruntime's static quantization calibrated on the
+stored samples, both verified by onnxruntime against the fp32 reference with the
+precision's tolerances from validators/tolerances.TABLE."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import yaml
+
+from navigator import deps
+from navigator.validators.tolerances import TABLE
+
+from ..conftest import FAST
+
+pytestmark = [pytest.mark.functional,
+              pytest.mark.skipif(not deps.has("onnxruntime"), reason="the edges and their runner need onnxruntime")]
+needs_fp16 = pytest.mark.skipif(not deps.has("onnxconverter_common"),
+                                reason="onnx -> onnx-fp16 needs onnxconverter-common (extra: fp16)")
+
+
+def _status(tmp_path, name):
+    return yaml.safe_load((tmp_path / "wd" / f"{name}.nav.workspace" / "status.yaml").read_text())
+
+
+def _verify(st, key):
+    return st["formats"][key]["runners"]["onnxruntime-cpu"]["verify"]
+
+
+@needs_fp16
+def test_fp16_and_int8_verify_with_their_tolerances(cli, onnx_model, tmp_path):
+    model = onnx_model("small_cnn")
+    r = cli("convert", model, "--workdir", tmp_path / "wd", "--targets", "onnx-fp16,onnx-int8",
+            "--shapes", "x:8x3x16x16", "--sample-count", "3", "--no-profile", *FAST)
+    assert r.returncode == 0, r.stderr + r.stdout
+    st = _status(tmp_path, "small_cnn")
+    ws = tmp_path / "wd" / "small_cnn.nav.workspace"
+    for key, precision in (("onnx-fp16", "fp16"), ("onnx-int8", "int8")):
+        fmt = st["formats"][key]
+        assert fmt["convert"]["status"] == "ok" and fmt["precision"] == precision and fmt["parent"] == "onnx"
+        v = _verify(st, key)
+        assert v["status"] == "ok", v
+        assert v["batch_sizes"] == [1, 8]
+        logits = v["outputs"]["logits"]
+        atol, rtol, _ = TABLE[precision]
+        assert (logits["atol"], logits["rtol"]) == (atol, rtol)
+        # a real difference from the fp32 reference, inside the precision's tolerance
+        assert 0 < logits["max_abs"], logits
+        print(key, "max_abs", logits["max_abs"], "min_atol", logits["min_atol"])
+    fp32 = _verify(st, "onnx")["outputs"]["logits"]["max_abs"]
+    assert fp32 < _verify(st, "onnx-fp16")["outputs"]["logits"]["max_abs"]
+
+    fp16 = onnx.load(str(ws / "formats" / "onnx-fp16" / "model.onnx"))
+    io_types = {v.name: v.type.tensor_type.elem_type for v in list(fp16.graph.input) + list(fp16.graph.output)}
+    assert io_types == {"x": onnx.TensorProto.FLOAT, "logits": onnx.TensorProto.FLOAT}   # I/O kept fp32
+    assert {i.data_type for i in fp16.graph.initializer} == {onnx.TensorProto.FLOAT16}
+    assert "onnxconverter-common" in st["formats"]["onnx-fp16"]["convert"]["exporter"]
+
+    int8 = onnx.load(str(ws / "formats" / "onnx-int8" / "model.onnx"))
+    ops = [n.op_type for n in int8.graph.node]
+    assert ops.count("QuantizeLinear") >= 3 and ops.count("DequantizeLinear") >= 4
+    inits = {i.name: i for i in int8.graph.initializer}
+    # weights int8 per channel (one scale per output channel), bias left fp32 for TensorRT
+    assert any(i.data_type == onnx.TensorProto.INT8 and len(i.dims) == 4 for i in inits.values())
+    assert not any(i.data_type == onnx.TensorProto.INT32 for i in inits.values())
+    assert inits["conv_b"].data_type == onnx.TensorProto.FLOAT
+    log = (ws / "formats" / "onnx-int8" / "convert.log").read_text()
+    assert "calibrated on 3 batches" in log
+
+
+@needs_fp16
+def test_fp16_of_an_embedding_model_keeps_int64_ids(cli, onnx_model, tmp_path):
+    """Gather on int64 ids, ReduceMean, Softmax: two dynamic dims, two outputs."""
+    r = cli("convert", onnx_model("token_classifier"), "--workdir", tmp_path / "wd", "--targets", "onnx-fp16",
+            "--no-profile", *FAST)
+    assert r.returncode == 0, r.stderr + r.stdout
+    v = _verify(_status(tmp_path, "token_classifier"), "onnx-fp16")
+    assert v["status"] == "ok" and set(v["outputs"]) == {"logits", "probs"}, v
+
+
+def test_int8_fails_verification_at_fp32_tolerances(cli, onnx_model, tmp_path):
+    """The check is real: the same int8 graph fails when held to 1e-6."""
+    r = cli("convert", onnx_model("small_cnn"), "--workdir", tmp_path / "wd", "--targets", "onnx-int8",
+            "--shapes", "x:8x3x16x16", "--atol", "1e-6", "--rtol", "1e-6", "--no-profile", *FAST)
+    assert r.returncode == 1, r.stderr + r.stdout
+    v = _verify(_status(tmp_path, "small_cnn"), "onnx-int8")
+    assert v["status"] == "failed" and "logits" in v["reason"]
+
+
+def test_int8_calibration_reads_the_stored_samples(tmp_path):
+    from navigator.converters.onnx_to_onnx_int8 import calibration_batches
+    from navigator.errors import UserInputError
+    from navigator.workspace import npz
+
+    with pytest.raises(UserInputError, match="needs stored samples"):
+        calibration_batches(tmp_path, ["x"])
+    npz.save(tmp_path / "000.npz", {"x": np.ones((2, 3), np.float32), "extra": np.zeros(1)})
+    npz.save(tmp_path / "001.npz", {"x": np.zeros((4, 3), np.float32)})
+    batches = calibration_batches(tmp_path, ["x"])
+    assert [b["x"].shape for b in batches] == [(2, 3), (4, 3)] and set(batches[0]) == {"x"}
+    assert len(calibration_batches(tmp_path, ["x"], limit=1)) == 1
+    with pytest.raises(UserInputError, match="no input 'ids'"):
+        calibration_batches(tmp_path, ["ids"])
