@@ -24,6 +24,12 @@ BUILTINS = (
     "torch_to_torch_export",
     "torch_to_onnx",
     "torch_export_to_aoti",
+    "torch_precision",
+    "onnx_to_onnx_fp16",
+    "onnx_to_onnx_int8",
+    "onnx_to_tensorrt",
+    "torch_export_to_torch_tensorrt",
+    "savedmodel_to_tf_trt",
 )
 
 
@@ -134,12 +140,13 @@ class ConverterRegistry:
 
 
 def _converters_in(module) -> list[type]:
-    """The Converter subclasses a module defines (not the ones it imports)."""
+    """The Converter subclasses a module defines (not the ones it imports, nor abstract
+    bases that only inherit a name)."""
     from navigator.converters.base import Converter
 
     return [obj for obj in vars(module).values()
             if isinstance(obj, type) and issubclass(obj, Converter) and obj.__module__ == module.__name__
-            and getattr(obj, "name", "") and obj.source and obj.target]
+            and obj.__dict__.get("name") and obj.source and obj.target]
 
 
 registry = ConverterRegistry()

@@ -590,6 +590,9 @@ def _cannot_convert_here(ctx: RunContext, converter) -> str | None:
         return f"needs the package(s) {', '.join(missing)}, which are not installed"
     if ctx.device not in converter.devices:
         return f"{converter.name} runs on {', '.join(converter.devices)}, not on {ctx.device}"
+    if converter.needs_live and _is_live(ctx) and "cpu" not in converter.devices:
+        return (f"{converter.name} needs the module on the GPU, and a live module stays in the calling process, "
+                "which never initialises CUDA; pass path/to/file.py:factory so a worker can build it")
     return converter.unavailable_reason(ctx.device)
 
 

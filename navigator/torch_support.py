@@ -203,6 +203,29 @@ def flat_module(module, io: TorchIO):
     return flat
 
 
+def cast_module(module, dtype: str):
+    """``module`` computing in ``dtype`` (float16 / bfloat16) with float32 I/O kept."""
+    import copy
+
+    import torch
+
+    target = getattr(torch, dtype)
+    inner = copy.deepcopy(module).to(target)
+
+    class CastIO(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args):
+            args = tuple(a.to(target) if a.is_floating_point() else a for a in args)
+            return tuple(o.float() if o.is_floating_point() else o for o in self.inner(*args))
+
+    wrapped = CastIO(inner)
+    wrapped.training = False
+    return wrapped
+
+
 def dynamic_shapes(signature, profile: dict | None):
     """torch.export dynamic shapes for the flat module: one Dim per dynamic dim,
     bounded by the shape profile; dims shared by name across inputs share a Dim."""

@@ -71,6 +71,8 @@ class TorchEagerRunner(_TorchRunner):
             module = ts.LIVE.get(str(folder.parent.parent.resolve()))
             if module is None:
                 raise RunnerUnavailable("the live module exists only in the process that called navigator.convert")
+        if record.get("dtype"):   # a reduced-precision variant (torch-fp16 / torch-bf16)
+            module = ts.cast_module(module, record["dtype"])
         return module.to(self.device)
 
     def load(self):
