@@ -52,7 +52,7 @@ def _export(strategy: str, ctx: ConvertContext, params: TorchOnnxParams) -> None
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if strategy == "dynamo":
-            torch.onnx.export(module, live.example, str(ctx.output), dynamo=True, external_data=big,
+            torch.onnx.export(module, live.example, str(ctx.output), dynamo=True, external_data=big, verbose=False,
                               dynamic_shapes=dynamic_shapes(sig, live.profile), **kwargs)
         elif strategy == "legacy":
             torch.onnx.export(module, live.example, str(ctx.output), dynamo=False,

@@ -92,6 +92,7 @@ class TorchSource(Source):
     file_kind: str | None = None       # torchscript | torch_export for a model file
     io: Any = None
     default_targets: tuple | None = None
+    generated_float: list = field(default_factory=list)   # inputs generated as float32 by default
 
     def resolve(self, samples: Any, config, batch_dim_option: int | None, no_batching: bool):
         """(input signature, user batches as {name: ndarray} or None, batch dim)."""
@@ -148,7 +149,9 @@ class TorchSource(Source):
                 dtypes.setdefault(name, str(first[name].dtype))
             elif shape_sets:
                 ranks[name] = len(shape_sets[0][name])
-            dtypes.setdefault(name, "float32")
+            if name not in dtypes:
+                dtypes[name] = "float32"
+                self.generated_float.append(name)
         batch_dim = None if no_batching else (batch_dim_option if batch_dim_option is not None else 0)
         if batch_dim is not None and any(r <= batch_dim for r in ranks.values()):
             batch_dim = None
@@ -183,8 +186,12 @@ class TorchSource(Source):
         except UserInputError:
             raise
         except Exception as e:
+            hint = None
+            if self.generated_float:
+                hint = (f"inputs {', '.join(self.generated_float)} were generated as float32; pass --dtypes "
+                        "name:int64 for index inputs")
             raise UserInputError(f"the model failed on the samples in eager mode ({type(e).__name__}: "
-                                 f"{' '.join(str(e).split())[:300]})") from None
+                                 f"{' '.join(str(e).split())[:300]})", hint=hint) from None
         probe = None
         if batch_dim is not None:   # one more run at another batch size shows which output dims follow it
             size = next(iter(batches[0].values())).shape[batch_dim]

@@ -1,0 +1,38 @@
+"""The shipped examples run as documented (README's first command is test_convert_cli's)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from navigator import deps
+
+from ..conftest import ROOT
+
+pytestmark = [pytest.mark.functional,
+              pytest.mark.skipif(not deps.has("torch"), reason="needs torch (extra 'torch')")]
+
+
+@pytest.mark.slow
+def test_training_script_converts_at_the_end(tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "train_and_convert.py"), "--workdir",
+                        str(tmp_path), "--steps", "5"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "best:" in r.stdout
+    st = yaml.safe_load((tmp_path / "small_cnn.nav.workspace" / "status.yaml").read_text())
+    assert st["samples"]["source"] == "iterable" and st["samples"]["count"] == 2
+    assert all(f["convert"]["status"] == "ok" for f in st["formats"].values())
+
+
+def test_transformer_block_factory(cli, tmp_path):
+    r = cli("convert", f"{ROOT}/examples/transformer_block.py:transformer_block", "--shapes", "ids:4x32",
+            "--dtypes", "ids:int64", "--value-ranges", "ids:0,1000", "--workdir", tmp_path / "wd",
+            "--targets", "torchscript,onnx", "--runners", "torchscript,onnxruntime", "--no-profile", "--device", "cpu")
+    assert r.returncode == 0, r.stdout + r.stderr
+    st = yaml.safe_load((tmp_path / "wd" / "transformer_block.nav.workspace" / "status.yaml").read_text())
+    assert st["signature"]["outputs"] == [{"name": "logits", "dtype": "float32", "shape": [-1, 8]},
+                                          {"name": "pooled", "dtype": "float32", "shape": [-1, 64]}]
+    assert st["formats"]["onnx"]["runners"]["onnxruntime-cpu"]["verify"]["status"] == "ok"
