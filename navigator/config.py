@@ -53,6 +53,7 @@ class NavigatorConfig:
     verify_batch_sizes: tuple[int, ...] | None = None
     converter_params: dict | None = None            # {converter name: {param: value}}
     runners: tuple[str, ...] | None = None          # runner names to use (default: every one that fits)
+    profile_batch_sizes: tuple[int, ...] | None = None   # measure exactly these instead of doubling
     seed: int | None = None
     triton_repo: str | None = None                  # write a Triton repository there at the end (navigator.triton)
     # TensorRT / TensorRT-RTX engine builds (onnx -> tensorrt(_rtx), Torch-TensorRT)
@@ -281,14 +282,14 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
             merged = dict(base.compare or {})
             merged.update(value)
             changes[key] = merged
-        elif key == "verify_batch_sizes":
+        elif key in ("verify_batch_sizes", "profile_batch_sizes"):
             if isinstance(value, int) and not isinstance(value, bool):
                 value = [value]
             if not isinstance(value, (str, list, tuple)):
-                raise UserInputError(f"verify_batch_sizes: expected '1,8' or a list of integers, got "
+                raise UserInputError(f"{key}: expected '1,8' or a list of integers, got "
                                      f"{type(value).__name__}")
             changes[key] = specs.parse_batch_sizes(value if isinstance(value, str) else ",".join(map(str, value)),
-                                                   option="--verify-batch-sizes")
+                                                   option="--" + key.replace("_", "-"))
         elif key == "converter_params":
             if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, dict)
                                                       for k, v in value.items()):

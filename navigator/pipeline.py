@@ -275,8 +275,11 @@ def verify_settings(ctx: RunContext, key: str) -> dict:
 def profile_settings(ctx: RunContext) -> dict | None:
     if ctx.config.no_profile:
         return None
-    return {"batch_dim": ctx.status.batch_dim,
-            "settings": {"max_batch_size": ctx.config.max_batch_size, "budget_s": ctx.config.profile_budget_s}}
+    settings = {"max_batch_size": ctx.config.max_batch_size, "budget_s": ctx.config.profile_budget_s}
+    if ctx.config.profile_batch_sizes:
+        settings["batch_sizes"] = list(ctx.config.profile_batch_sizes)
+        settings["max_batch_size"] = max(settings["max_batch_size"], *ctx.config.profile_batch_sizes)
+    return {"batch_dim": ctx.status.batch_dim, "settings": settings}
 
 
 # --------------------------------------------------------------------------- run formats

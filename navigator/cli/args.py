@@ -80,13 +80,15 @@ class VerifyArgs(ArgGroup):
 
 class ProfileArgs(ArgGroup):
     title = "profiling and limits"
-    dests = ("timeout", "profile_budget_s", "no_profile", "runners")
+    dests = ("timeout", "profile_budget_s", "no_profile", "runners", "profile_batch_sizes")
 
     def add_to(self, parser):
         g = parser.add_argument_group(self.title)
         g.add_argument("--timeout", type=float, metavar="S", help="limit per stage and format (default 600 s)")
         g.add_argument("--profile-budget-s", type=float, metavar="S", help="profiling time per format (default 20)")
         g.add_argument("--no-profile", action="store_true", help="verify only; best by preference order")
+        g.add_argument("--profile-batch-sizes", metavar="B,…",
+                       help="measure exactly these batch sizes (default: 1, 2, 4 … until the gain is < 5%%)")
         g.add_argument("--runners", metavar="R,…", help="only these runners, e.g. onnxruntime,torch,torchscript "
                                                         "(default: every runner of each format)")
 
