@@ -1,0 +1,92 @@
+"""Configs for formats whose packages are not installable here (TensorRT, TensorFlow):
+a hand-written status.yaml names a tensorrt plan and a SavedModel folder whose files
+are placeholders. Only the repository layout and config.pbtxt are checked (neither
+artifact is loaded); real engines and SavedModels are covered where their packages run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from navigator.errors import UserInputError
+from navigator.triton import emit
+from navigator.types import ModelSignature, TensorSpec
+from navigator.workspace import npz
+from navigator.workspace import status as status_mod
+from navigator.workspace.status import (Best, ConvertStep, FormatStatus, ModelInfo, ProfileResult, ProfileStep,
+                                        RunnerStatus, Status, VerifyStep)
+
+
+def _runner(runner: str, device: str, results=()) -> RunnerStatus:
+    return RunnerStatus(runner=runner, device=device, verify=VerifyStep(status="ok", batch_sizes=[1, 8]),
+                        profile=ProfileStep(status="ok" if results else "skipped", reason=None if results else "x",
+                                            results=[ProfileResult(b, t) for b, t in results]))
+
+
+@pytest.fixture
+def ws(tmp_path):
+    root = tmp_path / "m.nav.workspace"
+    (root / "formats" / "tensorrt").mkdir(parents=True)
+    (root / "formats" / "tensorrt" / "model.plan").write_bytes(b"ftrt placeholder")
+    (root / "formats" / "savedmodel" / "model.savedmodel" / "variables").mkdir(parents=True)
+    (root / "formats" / "savedmodel" / "model.savedmodel" / "saved_model.pb").write_bytes(b"placeholder")
+    (root / "formats" / "tensorrt_rtx").mkdir(parents=True)
+    (root / "formats" / "tensorrt_rtx" / "model.plan").write_bytes(b"vtrt placeholder")
+    npz.save(root / "samples" / "inputs" / "000.npz", {"x": np.ones((8, 3, 4), np.float32)})
+    sig = ModelSignature(inputs=[TensorSpec("x", "float32", [-1, 3, -1])],
+                         outputs=[TensorSpec("y", "float16", [-1, 10])])
+    st = Status(model=ModelInfo(name="m", source_format="onnx"), state="complete", signature=sig, batch_dim=0,
+                shape_profiles=[{"x": {"min": [1, 3, 4], "opt": [8, 3, 4], "max": [16, 3, 8]}}],
+                config={"max_batch_size": 16})
+    st.formats["tensorrt"] = FormatStatus(
+        format="tensorrt", path="formats/tensorrt/model.plan", convert=ConvertStep(status="ok"),
+        runners={"tensorrt-cuda": _runner("tensorrt", "cuda", [(1, 100.0), (8, 700.0), (16, 760.0)])})
+    st.formats["savedmodel"] = FormatStatus(format="savedmodel", path="formats/savedmodel/model.savedmodel",
+                                            convert=ConvertStep(status="ok"),
+                                            runners={"tensorflow-cpu": _runner("tensorflow", "cpu")})
+    st.formats["tensorrt_rtx"] = FormatStatus(format="tensorrt_rtx", path="formats/tensorrt_rtx/model.plan",
+                                              convert=ConvertStep(status="ok"),
+                                              runners={"tensorrt_rtx-cuda": _runner("tensorrt_rtx", "cuda")})
+    st.best = Best(key="tensorrt", runner="tensorrt-cuda", batch_size=16, throughput=760.0)
+    status_mod.save(st, root / "status.yaml")
+    return root
+
+
+def _cfg(path):
+    return text_format.Parse((path / "config.pbtxt").read_text(), mc.ModelConfig())
+
+
+def test_tensorrt_plan(ws, tmp_path):
+    result = emit(ws, {"repo": tmp_path / "repo", "cuda_graphs": True})
+    model = result.models[0].path
+    cfg = _cfg(model)
+    assert (cfg.platform, cfg.backend, cfg.default_model_filename) == ("tensorrt_plan", "tensorrt", "model.plan")
+    assert (model / "1" / "model.plan").read_bytes() == b"ftrt placeholder"
+    assert cfg.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU        # auto -> the only device it runs on
+    assert cfg.optimization.cuda.graphs
+    assert cfg.max_batch_size == 16 and list(cfg.dynamic_batching.preferred_batch_size) == [8, 16]
+    assert [list(i.dims) for i in cfg.input] == [[3, -1]] and cfg.output[0].data_type == mc.TYPE_FP16
+    assert list(cfg.model_warmup[0].inputs["x"].dims) == [3, 4]
+    assert any("check-engine" in n for n in result.notes)
+    with pytest.raises(UserInputError, match="runs on gpu only"):
+        emit(ws, {"repo": tmp_path / "other", "kind": "cpu"})
+    with pytest.raises(UserInputError, match="built for batches up to 16"):
+        emit(ws, {"repo": tmp_path / "other", "max_batch_size": 32})
+
+
+def test_savedmodel_is_served_but_deprecated(ws, tmp_path):
+    result = emit(ws, {"repo": tmp_path / "repo", "formats": "savedmodel"})
+    model = result.models[0].path
+    cfg = _cfg(model)
+    assert (cfg.platform, cfg.backend) == ("tensorflow_savedmodel", "tensorflow")
+    assert (model / "1" / "model.savedmodel" / "saved_model.pb").is_file()
+    assert any("deprecated" in n and "onnx" in n for n in result.notes)
+
+
+def test_tensorrt_rtx_engines_are_not_offered_to_triton(ws, tmp_path):
+    with pytest.raises(UserInputError, match="never loads in Triton's TensorRT backend"):
+        emit(ws, {"repo": tmp_path / "repo", "formats": "tensorrt_rtx"})
+    names = [m.key for m in emit(ws, {"repo": tmp_path / "repo", "formats": "all"}).models]
+    assert names == ["tensorrt", "savedmodel"]
