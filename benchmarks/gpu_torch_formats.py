@@ -34,7 +34,11 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=20.0)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--json")
+    parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--atol", help="override the default tolerances (e.g. 1e-3)")
+    parser.add_argument("--rtol")
     args = parser.parse_args()
+    extra = {k: getattr(args, k) for k in ("atol", "rtol") if getattr(args, k)}
 
     import navigator
 
@@ -44,7 +48,8 @@ def main() -> None:
                                shapes=f"x:{args.batch}x3x224x224", sample_count=1, targets=TARGETS,
                                runners=["torch", "torch_compile", "torchscript", "torch_export", "aoti"],
                                profile_batch_sizes=[1, args.batch], max_batch_size=args.batch,
-                               profile_budget_s=args.budget_s, timeout=480, progress=True)
+                               profile_budget_s=args.budget_s, timeout=480, progress=True,
+                               no_profile=args.no_profile, **extra)
     wall = time.perf_counter() - start
     rows = []
     for key, fs in result.status.formats.items():
@@ -53,7 +58,9 @@ def main() -> None:
             rows.append({"format": key, "runner": rkey, "convert": fs.convert.status, "verify": rs.verify.status,
                          "reason": rs.verify.reason or fs.convert.reason, "load_s": rs.verify.load_s,
                          "bs1": at.get(1), f"bs{args.batch}": at.get(args.batch),
-                         "max_abs": max((c.max_abs or 0.0 for c in rs.verify.outputs.values()), default=None)})
+                         "max_abs": max((c.max_abs or 0.0 for c in rs.verify.outputs.values()), default=None),
+                         "min_atol": max((c.min_atol or 0.0 for c in rs.verify.outputs.values()), default=None),
+                         "min_rtol": max((c.min_rtol or 0.0 for c in rs.verify.outputs.values()), default=None)})
     base = next((r[f"bs{args.batch}"] for r in rows if r["format"] == "torch-fp16" and r["runner"] == "torch-cuda"),
                 None)
     print(f"\nResNet-50, device {result.status.environment.get('gpu')}, wall {wall:.0f} s")
@@ -64,8 +71,8 @@ def main() -> None:
         ratio = f"{big / base:.2f}x" if big and base else "-"
         print(f"{r['format']:<18}{r['runner']:<20}{r['convert']:<9}{r['verify']:<9}"
               f"{(r['load_s'] or 0):>8.1f}{(r['bs1'] or 0):>11.0f}{(big or 0):>13.0f}{ratio:>15}")
-        if r["verify"] != "ok" and r["reason"]:
-            print(f"    {r['reason'][:200]}")
+        print(f"    max abs {r['max_abs']}, smallest passing atol {r['min_atol']} / rtol {r['min_rtol']}"
+              + (f"; {r['reason'][:200]}" if r["verify"] != "ok" and r["reason"] else ""))
     if args.json:
         Path(args.json).write_text(json.dumps({"wall_s": wall, "rows": rows, "best": result.best.to_dict()
                                                if result.best else None}, indent=1))

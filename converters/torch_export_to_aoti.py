@@ -36,7 +36,7 @@ class TorchExportToAoti(Converter):
             example = to_tensors(sample, ctx.signature.input_names, "cuda")
             profile = ctx.shape_profiles[0] if ctx.shape_profiles else None
             ep = torch.export.export(ep.module().to("cuda"), example,
-                                     dynamic_shapes=dynamic_shapes(ctx.signature, profile))
+                                     dynamic_shapes=dynamic_shapes(ctx.signature, profile, varargs=False))
         options = {"max_autotune": True} if ctx.params.max_autotune else None
         torch._inductor.aoti_compile_and_package(ep, package_path=str(ctx.output), inductor_configs=options)
         return ConvertOutcome(exporter=f"aoti ({ctx.device})")

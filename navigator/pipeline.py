@@ -258,7 +258,8 @@ def verify_settings(ctx: RunContext, key: str) -> dict:
     cfg = ctx.config
     rules = {}
     for spec in ctx.status.signature.outputs:
-        rule = rule_for(spec.name, spec.dtype, precision=k.precision, fmt=k.format, compare=cfg.compare,
+        rule = rule_for(spec.name, spec.dtype, precision=k.precision, fmt=k.format, device=ctx.device,
+                        compare=cfg.compare,
                         atol=cfg.atol, rtol=cfg.rtol)
         rules[spec.name] = {"mode": rule.mode, "atol": rule.atol, "rtol": rule.rtol, "threshold": rule.threshold}
     batch_dim = ctx.status.batch_dim
@@ -315,8 +316,9 @@ def _format_task(ctx: RunContext, item, fmt_status: FormatStatus) -> dict:
                            "params": _params_dict(params), "device": ctx.device}
     for spec in _runner_specs(ctx, fmt_status.format):
         entry = spec.to_dict() | {"key": spec.key}
+        entry["options"] = {"precision": fmt_status.precision}
         if fmt_status.format == "aoti":
-            entry["options"] = {"compiled_for": ctx.device}
+            entry["options"]["compiled_for"] = ctx.device
         task["runners"].append(entry)
     return task
 

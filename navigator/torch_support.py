@@ -226,9 +226,11 @@ def cast_module(module, dtype: str):
     return wrapped
 
 
-def dynamic_shapes(signature, profile: dict | None):
-    """torch.export dynamic shapes for the flat module: one Dim per dynamic dim,
-    bounded by the shape profile; dims shared by name across inputs share a Dim."""
+def dynamic_shapes(signature, profile: dict | None, *, varargs: bool = True):
+    """torch.export dynamic shapes: one Dim per dynamic dim, bounded by the shape
+    profile; the same axis with the same range shares a Dim across inputs (the batch).
+    ``varargs``: for the flat module (``forward(*args)``); False for a module with one
+    positional parameter per input (an ExportedProgram's ``module()``)."""
     import torch
 
     Dim = torch.export.Dim
@@ -248,7 +250,7 @@ def dynamic_shapes(signature, profile: dict | None):
                 dims[key] = Dim(f"d{axis}_{len(dims)}", min=lo, max=hi)
             entry[axis] = dims[key]
         per_input.append(entry or None)
-    return (tuple(per_input),)
+    return (tuple(per_input),) if varargs else tuple(per_input)
 
 
 def to_tensors(sample: dict, names: list[str], device: str = "cpu") -> tuple:

@@ -22,6 +22,10 @@ class _TorchRunner(Runner):
 
         if self.device == "cuda" and not torch.cuda.is_available():
             raise RunnerUnavailable("torch has no CUDA device here (CPU-only build or no GPU)")
+        if self.device == "cuda" and self.options.get("precision", "fp32") == "fp32":
+            # fp32 means fp32: TF32 convolutions/matmuls (cuDNN's default) are a precision change
+            torch.backends.cudnn.allow_tf32 = False
+            torch.backends.cuda.matmul.allow_tf32 = False
         self._torch = torch
         self.input_names = list(self.options.get("inputs") or [])
         self.output_names = list(self.options.get("outputs") or [])
@@ -124,4 +128,11 @@ class AotiRunner(_TorchRunner):
         compiled_for = self.options.get("compiled_for")
         if compiled_for and compiled_for != self.device:
             raise RunnerUnavailable(f"this AOTInductor package was compiled for {compiled_for}, not {self.device}")
+        if self.device == "cuda":
+            # A fresh process has no CUDA context yet; load into an initialised device
+            # (a fresh-process load segfaulted on H100 otherwise, ENVIRONMENT.md).
+            torch = self._torch
+            torch.cuda.init()
+            torch.empty(1, device="cuda")
+            return torch._inductor.aoti_load_package(str(self.path), device_index=torch.cuda.current_device())
         return torch._inductor.aoti_load_package(str(self.path))
