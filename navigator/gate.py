@@ -23,10 +23,10 @@ Regression is compared only when the two workspaces' environment
 fingerprints match (:data:`FINGERPRINT_KEYS`, :data:`FINGERPRINT_PACKAGES`);
 otherwise the check is skipped with the differing fields. A drop fails only
 when it exceeds ``max_regression`` plus a noise margin: ``noise_margin`` from
-the policy, else :data:`DEFAULT_NOISE_MARGIN` (3%), widened to
-:data:`UNSTABLE_NOISE_MARGIN` (10%, the profiler's stability bound) when
-either profile is recorded ``stable: false``. status.yaml does not record the
-spread of the profile windows, so it cannot be used.
+the policy, else :data:`UNSTABLE_NOISE_MARGIN` (10%, the profiler's stability bound) when
+either profile is recorded ``stable: false``; when both peaks record the
+``spread`` of their repeated windows, the margin is the sum of the two spreads
+(the noise each measurement showed), else 3%.
 
 The result goes to ``<ws>/report/gate.json``; :class:`GateResult` also
 renders JUnit XML (one test case per check) and a markdown summary.
@@ -605,6 +605,13 @@ def regression_margin(policy: GatePolicy, *profiles) -> tuple[float, str]:
         return policy.noise_margin, "policy noise_margin"
     if any(p is not None and p.stable is False for p in profiles):
         return UNSTABLE_NOISE_MARGIN, "a profile is recorded stable: false"
+    spreads = []
+    for p in profiles:
+        peak = p.peak() if p is not None else None
+        spreads.append(peak.spread if peak is not None else None)
+    if spreads and all(s is not None for s in spreads):
+        # the two measurements' own noise: the spread of their repeated windows, added
+        return round(sum(spreads), 4), "spread of the repeated profiling windows"
     return DEFAULT_NOISE_MARGIN, "default"
 
 

@@ -85,7 +85,10 @@ def measure(infer, feeds: dict, batch_size: int, settings: ProfileSettings, dead
     last = windows[-LAST:]
     all_lat = [x for w in last for x in w[2]]
     throughput = len(all_lat) * batch_size / sum(all_lat)
-    return {"batch_size": batch_size, "throughput": round(throughput, 3), "latency_ms": percentiles(all_lat)}, stable
+    thr = [w[0] for w in last]
+    spread = (max(thr) - min(thr)) / (sum(thr) / len(thr))   # relative spread of the repeated windows
+    return {"batch_size": batch_size, "throughput": round(throughput, 3), "latency_ms": percentiles(all_lat),
+            "spread": round(spread, 4)}, stable
 
 
 def sweep(infer, sample: dict, batch_dim: int | None, settings: ProfileSettings) -> ProfileOutcome:

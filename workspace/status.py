@@ -80,6 +80,7 @@ class ProfileResult(Record):
     batch_size: int
     throughput: float
     latency_ms: dict[str, float] = field(default_factory=dict)
+    spread: float | None = None        # (max - min) / mean throughput of the last windows: measurement noise
 
 
 @dataclass

@@ -155,6 +155,12 @@ def test_noise_margin():
     assert regression_margin(policy, stable, unstable)[0] == UNSTABLE_NOISE_MARGIN
     fixed = GatePolicy(require_formats=("onnx",), max_regression=0.05, noise_margin=0.0)
     assert regression_margin(fixed, unstable, unstable) == (0.0, "policy noise_margin")
+    # measured noise: the spreads of the two peaks' repeated windows, added
+    now = ProfileStep(status="ok", stable=True, results=[ProfileResult(1, 100.0, spread=0.5),
+                                                         ProfileResult(8, 400.0, spread=0.012)])
+    then = ProfileStep(status="ok", stable=True, results=[ProfileResult(8, 390.0, spread=0.02)])
+    assert regression_margin(policy, now, then) == (0.032, "spread of the repeated profiling windows")
+    assert regression_margin(policy, now, stable) == (DEFAULT_NOISE_MARGIN, "default")   # no spread recorded
 
 
 def test_best_throughput_only_counts_verified_profiled_runners():
