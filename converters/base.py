@@ -88,6 +88,11 @@ class Converter:
         return []
 
     @classmethod
+    def reproduce_py(cls, params: Any, source: str, output: str, status: Any) -> str | None:
+        """The body of ``reproduce.py`` (plain framework calls a user can edit), or None."""
+        return None
+
+    @classmethod
     def params_from_config(cls, config) -> Any:
         """This edge's parameters for a run: the defaults, then the run's options
         that concern it (subclasses map CLI options such as ``--trt-plugins``),

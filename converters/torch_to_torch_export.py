@@ -25,6 +25,17 @@ class TorchToTorchExport(Converter):
     needs_live = True
     Params = TorchExportParams
 
+    @classmethod
+    def reproduce_py(cls, params, source, output, status):
+        from navigator.torch_support import REPRODUCE_HEAD, dims_source
+
+        profile = status.shape_profiles[0] if status.shape_profiles else None
+        return REPRODUCE_HEAD.format(output=output) + (
+            f"dynamic_shapes = {dims_source(status.signature, profile)}\n"
+            f"ep = torch.export.export(live.module, live.example, strict={params.strict}, "
+            "dynamic_shapes=dynamic_shapes)\n"
+            f"torch.export.save(ep, {output!r})\n")
+
     def convert(self, ctx: ConvertContext) -> ConvertOutcome:
         import torch
 

@@ -41,6 +41,14 @@ class TorchToTorchScript(Converter):
             raise UserInputError(f"converter {cls.name}: method must be trace or script, got {params.method!r}")
         return params
 
+    @classmethod
+    def reproduce_py(cls, params, source, output, status):
+        from navigator.torch_support import REPRODUCE_HEAD
+
+        call = ("torch.jit.script(live.module.inner)" if params.method == "script" else
+                f"torch.jit.trace(live.module, live.example, check_trace={params.check_trace})")
+        return REPRODUCE_HEAD.format(output=output) + f"with torch.no_grad():\n    {call}.save({output!r})\n"
+
     def convert(self, ctx: ConvertContext) -> ConvertOutcome:
         import warnings
 

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 DEFAULT_TARGETS = {
     "onnx": ("onnx", "onnx-optimized", "openvino?"),   # "?" = only when its packages are installed
     "torch": ("torch", "torchscript", "torch_export", "onnx", "onnx-optimized"),
+    "savedmodel": ("savedmodel", "onnx", "onnx-optimized"),
 }
 # Added to the defaults on a GPU: AOTInductor takes 10-25 s to compile on a CPU, so there only on request.
 CUDA_DEFAULT_TARGETS = {"torch": ("aoti",)}
@@ -96,7 +97,7 @@ def prepare(model: Any, samples: Any, config: NavigatorConfig, reporter) -> tupl
     from navigator.signature import detect_batch_dim
     from navigator.sources import open_source
 
-    source = open_source(model, config.model_format)
+    source = open_source(model, config.model_format, getattr(config, "signature_name", None))
     name = config.model_name or source.name
     ws = Workspace.for_model(config.workdir, name)
     if source.signature is None:   # a framework object: its inputs come from the samples (or --shapes)
@@ -347,6 +348,10 @@ def _write_reproduce(ctx: RunContext, item, fmt_status: FormatStatus, task: dict
             "--params", f"formats/{item.key}/params.json", "--device", conv["device"]]))
         params = item.converter.params_from_dict(conv["params"])
         lines.extend(item.converter.reproduce_notes(params, conv["source"], conv["output"], ctx.status))
+        script = item.converter.reproduce_py(params, conv["source"], conv["output"], ctx.status)
+        if script:
+            write_text(fdir / "reproduce.py", script)
+            lines.insert(4, f"# the same with plain framework calls: python formats/{item.key}/reproduce.py")
     else:
         src = ctx.status.model.path or "<source>"
         lines.append(f"# {item.key} is the source model, copied from {shlex.quote(src)}")

@@ -407,3 +407,34 @@ def live_from_workspace(ws_root: Path, signature, profiles: list) -> LiveModel:
     example = to_tensors(npz.load(sorted((Path(ws_root) / "samples" / "inputs").glob("*.npz"))[0]), io.inputs)
     return LiveModel(module=module, io=io, example=example, signature=signature,
                      profile=profiles[0] if profiles else None)
+
+
+REPRODUCE_HEAD = '''"""Rebuilds {output} of this workspace with plain PyTorch calls (run it from the
+workspace folder). The module comes back the way the workers rebuild it: from
+formats/torch/source.json (a factory or a model file); a live nn.Module from a
+script cannot be rebuilt here: call navigator.convert from that script again."""
+import torch
+
+from navigator.torch_support import live_from_workspace
+from navigator.workspace import status
+
+st = status.load("status.yaml")
+live = live_from_workspace(".", st.signature, st.shape_profiles)   # .module takes flat tensors, .example is sample 0
+'''
+
+
+def dims_source(signature, profile: dict | None) -> str:
+    """The dynamic_shapes argument as Python source, for reproduce.py."""
+    per_input = []
+    for spec in signature.inputs:
+        entry = []
+        for axis, d in enumerate(spec.shape):
+            if d >= 0:
+                continue
+            lo, hi = 1, 1 << 16
+            if profile and spec.name in profile:
+                lo = max(1, int(profile[spec.name]["min"][axis]))
+                hi = max(lo + 1, int(profile[spec.name]["max"][axis]))
+            entry.append(f"{axis}: torch.export.Dim('{spec.name}_{axis}', min={lo}, max={hi})")
+        per_input.append("{" + ", ".join(entry) + "}" if entry else "None")
+    return "((" + ", ".join(per_input) + ("," if len(per_input) == 1 else "") + "),)"

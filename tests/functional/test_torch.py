@@ -111,6 +111,13 @@ def test_factory_from_the_cli(cli, tmp_path):
                        env={"PATH": f"{sys.executable.rsplit('/', 1)[0]}:/usr/bin:/bin"})
     assert p.returncode == 0, p.stderr
     assert art.is_file()
+    # reproduce.py does the same with plain torch calls, dynamic dims spelled out
+    script = ws / "formats" / "torch_export" / "reproduce.py"
+    assert "torch.export.Dim('x_0', min=1, max=8)" in script.read_text()
+    (ws / "formats" / "torch_export" / "model.pt2").unlink()
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=ws)
+    assert p.returncode == 0, p.stderr
+    assert torch.export.load(str(ws / "formats" / "torch_export" / "model.pt2")) is not None
 
 
 def test_dict_inputs_and_structured_outputs_through_the_api(tmp_path):
