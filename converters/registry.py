@@ -30,6 +30,7 @@ BUILTINS = (
     "onnx_to_tensorrt",
     "torch_export_to_torch_tensorrt",
     "savedmodel_to_tf_trt",
+    "savedmodel_to_onnx",
 )
 
 

@@ -256,7 +256,7 @@ def open_torch(model: Any, factory: str | None) -> TorchSource:
                        factory=factory, reference_runner=None)
 
 
-def open_source(model: Any, model_format: str | None = None) -> Source:
+def open_source(model: Any, model_format: str | None = None, signature_name: str | None = None) -> Source:
     """Recognise the model: a path (ONNX file, ...) or a live framework object."""
     if isinstance(model, str) and ":" in model and model.rpartition(":")[0].endswith(".py"):
         from navigator import deps, torch_support
@@ -274,6 +274,8 @@ def open_source(model: Any, model_format: str | None = None) -> Source:
                 fmt = "torchscript"
             elif path.suffix.lower() == ".pt2" and path.is_file():
                 fmt = "torch_export"
+            elif path.is_dir() and ((path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file()):
+                fmt = "savedmodel"
             elif not path.exists():
                 raise UserInputError(f"{path}: no such file or directory")
             else:
@@ -287,10 +289,103 @@ def open_source(model: Any, model_format: str | None = None) -> Source:
             return open_onnx(path)
         if fmt in ("torchscript", "torch_export"):
             return open_torch_file(path, fmt)
-        raise UserInputError(f"--model-format {fmt!r} is not supported; supported: onnx, torchscript, torch_export")
+        if fmt == "savedmodel":
+            return open_saved_model(path, signature_name)
+        raise UserInputError(f"--model-format {fmt!r} is not supported; supported: onnx, torchscript, torch_export, "
+                             "savedmodel")
+    from navigator import tf_support
+
+    if tf_support.is_tf_object(model):
+        return open_tf_object(model, signature_name)
     from navigator import torch_support
 
     if torch_support.is_torch_module(model):
         return open_torch(model, None)
-    raise UserInputError(f"cannot convert an object of type {type(model).__name__}; give an nn.Module, a path to "
-                         "an .onnx file or path/to/file.py:factory")
+    raise UserInputError(f"cannot convert an object of type {type(model).__name__}; give an nn.Module, a Keras "
+                         "model, a tf.Module, a path to an .onnx file or a SavedModel directory, or "
+                         "path/to/file.py:factory")
+
+
+@dataclass
+class SavedModelSource(Source):
+    """A TensorFlow SavedModel directory (CLI and API), or a Keras model / tf.Module
+    (API) exported to one in the calling process (``isolated: false``). The
+    signature (``serving_default`` unless ``--signature``) gives the inputs and
+    outputs; the reference runs in a worker with the ``tensorflow`` runner."""
+
+    signature_name: str | None = None
+    exported: dict = field(default_factory=dict)     # exporter + name map of a live object
+    tmpdir: Any = None                                # keeps the export of a live object alive
+
+    def sha256(self) -> str | None:
+        if self.path and (self.path / "saved_model.pb").is_file():
+            return sha256_file(self.path / "saved_model.pb")
+        return None
+
+    def resolve(self, samples: Any, config, batch_dim_option: int | None, no_batching: bool):
+        """A live object: export it now (a tf.Module without input_signature uses the first sample)."""
+        import tempfile
+
+        from navigator import tf_support
+        from navigator.signature import detect_batch_dim
+
+        first = None
+        if samples is not None and not isinstance(samples, (str, bytes, os.PathLike)):
+            if isinstance(samples, (list, tuple)) and samples:
+                first = samples[0]
+            else:
+                try:
+                    materialised = list(samples)
+                except TypeError:
+                    raise UserInputError(f"samples: expected an iterable of batches, got "
+                                         f"{type(samples).__name__}") from None
+                first = materialised[0] if materialised else None
+                samples = materialised
+        self.tmpdir = tempfile.TemporaryDirectory(prefix="navigator-tf-")
+        out = Path(self.tmpdir.name) / "saved_model"
+        self.exported = tf_support.export_object(self.obj, out, first)
+        self.path = out
+        self.signature = tf_support.reorder_inputs(tf_support.saved_model_signature(out, self.signature_name),
+                                                   self.exported.get("input_order") or [])
+        batch_dim = detect_batch_dim(self.signature, batch_dim=batch_dim_option, no_batching=no_batching)
+        return (list(samples) if samples is not None and not isinstance(samples, (str, bytes, os.PathLike))
+                else None), batch_dim
+
+    def export(self, ws, out_path: Path) -> dict:
+        """Copy the SavedModel directory into formats/savedmodel/model.savedmodel/."""
+        from navigator import tf_support
+
+        tf_support.copy_tree(self.path, out_path)
+        tf_support.write_name_map(out_path.parent, self.exported.get("name_map") or {})
+        tf_support.write_signature_name(out_path.parent, self.signature_name)
+        return {"exporter": self.exported.get("exporter") or "copy"}
+
+
+def _tf_reference_runner(signature_name: str | None) -> dict:
+    return {"runner": "tensorflow", "device": "cpu", "provider": None,
+            "options": {"signature": signature_name or "serving_default"}}
+
+
+def open_saved_model(path: Path, signature_name: str | None = None) -> SavedModelSource:
+    from navigator import tf_support
+
+    if not tf_support.is_saved_model_dir(path):
+        raise UserInputError(f"{path}: not a SavedModel directory (no saved_model.pb in it)")
+    sig = tf_support.saved_model_signature(path, signature_name)
+    name = path.resolve().name
+    if name in ("saved_model", "savedmodel", "model.savedmodel") or name.isdigit():   # .../<model>/1/
+        name = path.resolve().parent.name or name
+    return SavedModelSource(format="savedmodel", key="savedmodel", name=name, path=path, signature=sig,
+                            signature_name=signature_name,
+                            reference_runner=_tf_reference_runner(signature_name))
+
+
+def open_tf_object(model: Any, signature_name: str | None = None) -> SavedModelSource:
+    """A Keras model or tf.Module: exported in this process when the samples are known."""
+    from navigator import deps
+
+    if not deps.has("tensorflow"):
+        raise UserInputError(f"a {type(model).__name__} needs tensorflow", hint="pip install 'navigator[tensorflow]'")
+    name = getattr(model, "name", None) or type(model).__name__
+    return SavedModelSource(format="savedmodel", key="savedmodel", name=str(name), obj=model, isolated=False,
+                            signature_name=signature_name, reference_runner=_tf_reference_runner(signature_name))

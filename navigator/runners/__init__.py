@@ -23,6 +23,7 @@ _CLASSES = {
     "aoti": ("navigator.runners.torch", "AotiRunner"),
     "tensorrt": ("navigator.runners.tensorrt", "TensorRTRunner"),
     "tensorrt_rtx": ("navigator.runners.tensorrt", "TensorRTRTXRunner"),
+    "tensorflow": ("navigator.runners.tensorflow", "TensorFlowRunner"),
 }
 
 
@@ -64,6 +65,7 @@ _BY_FORMAT: dict[str, dict[str, tuple[RunnerSpec, ...]]] = {
     "tensorrt": {"cpu": (), "cuda": (RunnerSpec("tensorrt", "cuda", None, ("tensorrt",)),)},
     "tensorrt_rtx": {"cpu": (RunnerSpec("tensorrt_rtx", "cpu", None, ("tensorrt_rtx",)),),
                      "cuda": (RunnerSpec("tensorrt_rtx", "cuda", None, ("tensorrt_rtx",)),)},
+    "savedmodel": {d: (RunnerSpec("tensorflow", d, None, ("tensorflow",)),) for d in ("cpu", "cuda")},
 }
 
 
