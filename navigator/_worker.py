@@ -88,10 +88,12 @@ def run_reference(ws, task: dict) -> dict:
 
     spec = runners.RunnerSpec(**task["runner"])
     runner = runners.create(spec, ws.abs(task["artifact"]), **task.get("options", {}))
+    io_names = task.get("io_names") or {}
+    inverse = {v: k for k, v in io_names.items()}
     count = 0
     with runner:
         for path in sorted(ws.inputs_dir.glob("*.npz")):
-            outputs = runner.infer(npz.load(path))
+            outputs = _rename(runner.infer(_rename(npz.load(path), io_names)), inverse)
             npz.save(ws.reference_dir / path.name, outputs)
             count += 1
     log.info("reference: %d batches with %s", count, spec.key)

@@ -27,6 +27,7 @@ class NavigatorConfig:
     workdir: str | None = None
     model_name: str | None = None
     model_format: str | None = None
+    signature_name: str | None = None              # SavedModel signature (default serving_default)
     targets: tuple[str, ...] | None = None
     target_precisions: tuple[str, ...] | None = None
     device: str | None = None
@@ -54,6 +55,7 @@ class NavigatorConfig:
     converter_params: dict | None = None            # {converter name: {param: value}}
     runners: tuple[str, ...] | None = None          # runner names to use (default: every one that fits)
     profile_batch_sizes: tuple[int, ...] | None = None   # measure exactly these instead of doubling
+    reference: str | None = None                     # format key whose outputs are the reference
     seed: int | None = None
     triton_repo: str | None = None                  # write a Triton repository there at the end (navigator.triton)
     # TensorRT / TensorRT-RTX engine builds (onnx -> tensorrt(_rtx), Torch-TensorRT)
@@ -328,7 +330,12 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
             changes[key] = bool(_check_type(key, value, bool))
         elif key in ("workdir", "samples", "triton_repo"):
             changes[key] = os.fspath(_check_type(key, value, (str, os.PathLike)))
-        else:  # model_name, model_format
+        elif key == "reference":
+            from navigator.formats import parse_key
+
+            parse_key(_check_type(key, value, str))
+            changes[key] = value
+        else:  # model_name, model_format, signature_name
             changes[key] = _check_type(key, value, str)
     result = dataclasses.replace(base, **changes)
     if result.no_batching and result.batch_dim is not None:

@@ -97,7 +97,7 @@ def prepare(model: Any, samples: Any, config: NavigatorConfig, reporter) -> tupl
     from navigator.signature import detect_batch_dim
     from navigator.sources import open_source
 
-    source = open_source(model, config.model_format, getattr(config, "signature_name", None))
+    source = open_source(model, config.model_format, config.signature_name)
     name = config.model_name or source.name
     ws = Workspace.for_model(config.workdir, name)
     if source.signature is None:   # a framework object: its inputs come from the samples (or --shapes)
@@ -134,7 +134,12 @@ def prepare(model: Any, samples: Any, config: NavigatorConfig, reporter) -> tupl
     if config.shape_profiles:
         profiles = [dict(p) for p in config.shape_profiles]
         for p in profiles:
-            samples_mod.check_profile_covers(p, sig, batches)
+            samples_mod.check_profile_covers(p, sig, [])     # names, ranks, static dims
+        for i, batch in enumerate(batches):   # every sample inside at least one profile (prefill/decode)
+            if not any(_inside(p, batch) for p in profiles):
+                shapes = {n: list(a.shape) for n, a in batch.items()}
+                raise UserInputError(f"sample {i} ({shapes}) lies outside every shape profile; widen "
+                                     "--min-shapes/--max-shapes or give samples inside them")
     else:
         profile, warnings = samples_mod.derive_profile(sig, batches, batch_dim=batch_dim,
                                                        max_batch_size=config.max_batch_size)
@@ -147,6 +152,11 @@ def prepare(model: Any, samples: Any, config: NavigatorConfig, reporter) -> tupl
     meta = {"batch_dim": batch_dim, "profiles": profiles, "samples_info": info, "warnings": warnings,
             "reference": reference}
     return ws, source, batches, meta
+
+
+def _inside(profile: dict, batch: dict) -> bool:
+    return all(all(lo <= d <= hi for lo, d, hi in zip(profile[n]["min"], a.shape, profile[n]["max"]))
+               for n, a in batch.items() if n in profile)
 
 
 def _check_output_options(config: NavigatorConfig, sig) -> None:
@@ -177,6 +187,13 @@ def write_workspace(ws: Workspace, source, batches: list[dict], meta: dict, conf
         samples=meta["samples_info"], config=config.to_dict(),
     )
     st.config["device"] = device
+    if source.reference_runner is None:
+        st.samples.reference = {"key": source.key, "runner": "torch eager fp32, cpu, calling process"}
+    elif config.reference in (None, source.key):
+        runner = source.reference_runner
+        st.samples.reference = {"key": source.key,
+                                "runner": f"{runner['runner']}-{runner.get('provider') or runner['device']}",
+                                **({"options": runner["options"]} if runner.get("options") else {})}
     st.created = status_mod.now()
     status_mod.save(st, ws.status_path)
     return st
@@ -211,6 +228,8 @@ def requested_targets(config: NavigatorConfig, source, device: str = "cpu") -> t
             dropped.append(t)
     if source.key not in targets:
         targets.insert(0, source.key)   # the first artifact is always verified: it anchors the others
+    if config.reference and config.reference not in targets:
+        targets.append(config.reference)
     return targets, dropped
 
 
@@ -232,6 +251,9 @@ def plan_formats(config: NavigatorConfig, source, targets: list[str]):
         bad = [r for r in config.runners if r not in known]
         if bad:
             raise UserInputError(f"--runners: unknown runner {bad[0]!r}; known: {', '.join(known)}")
+    if config.reference and source.reference_runner is None and config.reference != source.key:
+        raise UserInputError(f"--reference {config.reference}: a {source.format} source is its own reference "
+                             "(eager fp32 in the calling process); --reference is for file sources such as ONNX")
     planned = plan(source.key, [t for t in targets if t not in unsupported], edges)
     names = {e.name for e in edges}
     unknown = sorted(set(config.converter_params or {}) - names)
@@ -487,64 +509,137 @@ def run_formats(ctx: RunContext, planned) -> None:
                                                 profile=ProfileStep(reason="pending"))
         st.formats[item.key] = fs
     ctx.save()
+    ref = ctx.config.reference
+    if not ref or ref == ctx.source.key:
+        for item in planned:
+            _run_item(ctx, item)
+        return
+    # --reference FORMAT: convert that format's chain first, take the reference from it,
+    # then verify and profile everything against it
+    chain = _chain(planned, ref)
+    first = [p for p in planned if p.key in chain]
+    for item in first:
+        _run_item(ctx, item, verify=False)
+    _reference_from(ctx, ref)
+    for item in first:
+        if st.formats[item.key].convert.status == "ok":
+            _run_item(ctx, item, convert=False)
     for item in planned:
-        fs = st.formats[item.key]
-        fdir = ctx.ws.format_dir(item.key)
-        fdir.mkdir(parents=True, exist_ok=True)
-        if item.converter is None:
-            _export_source(ctx, item, fs)
-            if fs.convert.status != "ok":
-                _skip_runners(fs, "the source could not be brought into the workspace")
-                continue
-        else:
-            parent = st.formats[item.parent]
-            if parent.convert.status != "ok":
-                fs.convert = ConvertStep(status="skipped", reason=f"its parent {item.parent} was not converted")
-                _skip_runners(fs, fs.convert.reason)
-                ctx.reporter.step_end(item.key, "convert", None, fs.convert.to_dict())
-                continue
-            # reproduce.sh is written even when this machine cannot run the edge:
-            # users rebuild the artifact where its packages are (e.g. a Triton container)
-            _write_reproduce(ctx, item, fs, _format_task(ctx, item, fs))
-            why_not = _cannot_convert_here(ctx, item.converter)
-            if why_not:
-                fs.convert = ConvertStep(status="skipped", reason=why_not)
-                _skip_runners(fs, why_not)
-                ctx.reporter.step_end(item.key, "convert", None, fs.convert.to_dict())
-                continue
-            fs.convert.inputs_sha256 = parent.convert.inputs_sha256
-        if not fs.runners:
-            log.info("%s: no runner for format %s on %s", item.key, fs.format, ctx.device)
-        task = _format_task(ctx, item, fs)
-        if item.converter is None:
-            _write_reproduce(ctx, item, fs, task)
-        live = _is_live(ctx)
-        if item.converter is not None and item.converter.needs_live and live:
-            _convert_in_process(ctx, item, task)       # the module exists only here
-            task.pop("convert")
-            task["io_names"] = dict(fs.io_names)
-            if item.key in ctx.static_keys:
-                from navigator._worker import _static
+        if item.key not in chain:
+            _run_item(ctx, item)
 
-                task = _static(task)
-            if fs.convert.status != "ok":
-                _skip_runners(fs, "conversion failed")
-                ctx.save()
-                continue
-        tasks = [task]
-        if item.converter is None and ctx.source.reference_runner:
-            tasks.insert(0, {"kind": "reference", "key": "reference", "artifact": fs.path,
-                             "runner": {k: v for k, v in ctx.source.reference_runner.items() if k != "options"},
-                             "options": ctx.source.reference_runner.get("options", {})})
-        if item.converter is None and live:
-            _run_job_in_process(ctx, item.key, tasks)
-        else:
-            run_job(ctx, item.key, tasks, fdir / "worker.log",
-                    _sys_path_for(item.converter) if item.converter else [])
-        _explain_skips(fs, ctx.config)
-        ctx.save()
-        if item.converter is None and not any(ctx.ws.reference_dir.glob("*.npz")):
-            raise_reference_failed(ctx)
+
+def _chain(planned, key: str) -> set[str]:
+    """``key`` and every format it is made from."""
+    parents = {p.key: p.parent for p in planned}
+    chain = set()
+    while key is not None and key not in chain:
+        chain.add(key)
+        key = parents.get(key)
+    return chain
+
+
+def _reference_from(ctx: RunContext, key: str) -> None:
+    """Reference outputs from format ``key``'s first runner that runs here (--reference)."""
+    fs = ctx.status.formats[key]
+    if fs.convert.status != "ok":
+        raise UserInputError(f"--reference {key}: that format was not converted ({fs.convert.reason})")
+    specs = _runner_specs(ctx, fs.format)
+    if not specs:
+        raise UserInputError(f"--reference {key}: no runner for format {fs.format} on {ctx.device}")
+    spec = specs[0]
+    sig = ctx.status.signature
+    options = {"inputs": [fs.io_names.get(n, n) for n in sig.input_names],
+               "outputs": [fs.io_names.get(n, n) for n in sig.output_names], "precision": fs.precision}
+    task = {"kind": "reference", "key": "reference", "artifact": fs.path, "runner": spec.to_dict(),
+            "options": options, "io_names": dict(fs.io_names)}
+    run_job(ctx, "reference", [task], ctx.ws.root / "samples" / "reference-worker.log", [])
+    if not any(ctx.ws.reference_dir.glob("*.npz")):
+        raise_reference_failed(ctx)
+    ctx.status.samples.reference = {"key": key, "runner": spec.key}
+    ctx.save()
+
+
+def _run_item(ctx: RunContext, item, *, convert: bool = True, verify: bool = True) -> None:
+    """One format: export or convert it (``convert``), then verify and profile it in
+    its worker (``verify``; without it the job converts only)."""
+    st = ctx.status
+    fs = st.formats[item.key]
+    fdir = ctx.ws.format_dir(item.key)
+    fdir.mkdir(parents=True, exist_ok=True)
+    if not convert:
+        _run_tasks(ctx, item, [_converted_task(ctx, item, _format_task(ctx, item, fs))])
+        return
+    if item.converter is None:
+        _export_source(ctx, item, fs)
+        if fs.convert.status != "ok":
+            _skip_runners(fs, "the source could not be brought into the workspace")
+            return
+    else:
+        parent = st.formats[item.parent]
+        if parent.convert.status != "ok":
+            fs.convert = ConvertStep(status="skipped", reason=f"its parent {item.parent} was not converted")
+            _skip_runners(fs, fs.convert.reason)
+            ctx.reporter.step_end(item.key, "convert", None, fs.convert.to_dict())
+            return
+        # reproduce.sh is written even when this machine cannot run the edge:
+        # users rebuild the artifact where its packages are (e.g. a Triton container)
+        _write_reproduce(ctx, item, fs, _format_task(ctx, item, fs))
+        why_not = _cannot_convert_here(ctx, item.converter)
+        if why_not:
+            fs.convert = ConvertStep(status="skipped", reason=why_not)
+            _skip_runners(fs, why_not)
+            ctx.reporter.step_end(item.key, "convert", None, fs.convert.to_dict())
+            return
+        fs.convert.inputs_sha256 = parent.convert.inputs_sha256
+    if not fs.runners:
+        log.info("%s: no runner for format %s on %s", item.key, fs.format, ctx.device)
+    task = _format_task(ctx, item, fs)
+    if item.converter is None:
+        _write_reproduce(ctx, item, fs, task)
+    live = _is_live(ctx)
+    if item.converter is not None and item.converter.needs_live and live:
+        _convert_in_process(ctx, item, task)       # the module exists only here
+        task = _converted_task(ctx, item, task)
+        if fs.convert.status != "ok":
+            _skip_runners(fs, "conversion failed")
+            ctx.save()
+            return
+    if not verify:
+        task = dict(task, runners=[], profile=None)
+    tasks = [task]
+    own_reference = ctx.config.reference in (None, ctx.source.key)
+    if item.converter is None and ctx.source.reference_runner and own_reference:
+        tasks.insert(0, {"kind": "reference", "key": "reference", "artifact": fs.path,
+                         "runner": {k: v for k, v in ctx.source.reference_runner.items() if k != "options"},
+                         "options": ctx.source.reference_runner.get("options", {})})
+    _run_tasks(ctx, item, tasks)
+    if item.converter is None and verify and not any(ctx.ws.reference_dir.glob("*.npz")):
+        raise_reference_failed(ctx)
+
+
+def _converted_task(ctx: RunContext, item, task: dict) -> dict:
+    """The verify/profile task of a format converted earlier: no convert step, the
+    artifact's names as converted, samples' shapes only when exported static."""
+    task = dict(task, io_names=dict(ctx.status.formats[item.key].io_names))
+    task.pop("convert", None)
+    if item.key in ctx.static_keys:
+        from navigator._worker import _static
+
+        task = _static(task)
+    return task
+
+
+def _run_tasks(ctx: RunContext, item, tasks: list[dict]) -> None:
+    fs = ctx.status.formats[item.key]
+    if item.converter is None and _is_live(ctx):
+        _run_job_in_process(ctx, item.key, tasks)
+    else:
+        run_job(ctx, item.key, tasks, ctx.ws.format_dir(item.key) / "worker.log",
+                _sys_path_for(item.converter) if item.converter else [])
+    _explain_skips(fs, ctx.config)
+    ctx.save()
+
 
 
 def _is_live(ctx: RunContext) -> bool:

@@ -146,6 +146,7 @@ class SamplesInfo(Record):
     value_ranges: dict[str, list[float]] = field(default_factory=dict)
     shapes: list[dict[str, list[int]]] = field(default_factory=list)
     sha256: str | None = None
+    reference: dict | None = None      # {key, runner[, options]}: where the reference outputs came from
 
 
 @dataclass

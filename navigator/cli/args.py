@@ -20,14 +20,16 @@ class ArgGroup:
 
 class ModelArgs(ArgGroup):
     title = "model"
-    dests = ("workdir", "model_name", "model_format", "targets", "target_precisions", "device", "force",
-             "config_path", "triton_repo")
+    dests = ("workdir", "model_name", "model_format", "signature_name", "targets", "target_precisions", "device",
+             "force", "config_path", "triton_repo")
 
     def add_to(self, parser):
         g = parser.add_argument_group(self.title)
         g.add_argument("--workdir", help="folder holding <model>.nav.workspace/ (default ./navigator_workdir)")
         g.add_argument("--model-name", help="name of the workspace and Triton model (default: the file's stem)")
-        g.add_argument("--model-format", help="the source's format when the path does not tell (onnx)")
+        g.add_argument("--model-format", help="the source's format when the path does not tell (onnx, savedmodel)")
+        g.add_argument("--signature", dest="signature_name", metavar="NAME",
+                       help="the SavedModel signature to convert (default serving_default)")
         g.add_argument("--targets", "--target-formats", dest="targets", metavar="K,…",
                        help="format keys to produce, e.g. onnx,onnx-optimized,openvino (default: per source)")
         g.add_argument("--target-precisions", metavar="P,…", help="fp32 (default), fp16, bf16, int8")
@@ -62,7 +64,8 @@ class ShapeArgs(ArgGroup):
 
 class VerifyArgs(ArgGroup):
     title = "verification"
-    dests = ("atol", "rtol", "compare", "allow_nan", "error_stat", "verify_batch_sizes", "allow_failures")
+    dests = ("atol", "rtol", "compare", "allow_nan", "error_stat", "verify_batch_sizes", "allow_failures",
+             "reference")
 
     def add_to(self, parser):
         g = parser.add_argument_group(self.title)
@@ -76,6 +79,8 @@ class VerifyArgs(ArgGroup):
         g.add_argument("--verify-batch-sizes", metavar="B,…", help="batch sizes to verify at (default 1 and the "
                                                                    "samples' batch)")
         g.add_argument("--allow-failures", action="store_true", help="exit 0 even when a target fails")
+        g.add_argument("--reference", metavar="KEY", help="take the reference outputs from this format (e.g. a "
+                                                          "TensorRT engine when onnxruntime cannot run a plugin op)")
 
 
 class ProfileArgs(ArgGroup):

@@ -139,3 +139,22 @@ def test_converter_params_from_the_config_file(cli, tmp_path, onnx_model):
     cfg.write_text("converter_params: {onnx_to_tensorflow: {x: 1}}\n")
     _one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--config-path", cfg),
                     "onnx_to_tensorflow")
+
+
+def test_samples_must_lie_in_some_profile(cli, tmp_path, onnx_model):
+    """Two disjoint profiles (prefill / decode): each sample needs one that holds it."""
+    model = onnx_model()
+    ok = cli("convert", model, "--workdir", tmp_path / "wd", "--no-profile", "--device", "cpu", "--targets", "onnx",
+             "--shapes", "ids:2x64", "--shapes", "ids:8x1",
+             "--min-shapes", "ids:1x16", "--opt-shapes", "ids:2x64", "--max-shapes", "ids:4x128",
+             "--min-shapes", "ids:1x1", "--opt-shapes", "ids:8x1", "--max-shapes", "ids:16x1")
+    assert ok.returncode == 0, ok.stderr
+    import yaml
+
+    st = yaml.safe_load((tmp_path / "wd" / "token_classifier.nav.workspace" / "status.yaml").read_text())
+    assert len(st["shape_profiles"]) == 2
+    assert [s["ids"] for s in st["samples"]["shapes"]] == [[2, 64], [8, 1]]
+    _one_line_error(cli("convert", model, "--workdir", tmp_path / "wd2", "--shapes", "ids:8x32",
+                        "--min-shapes", "ids:1x16", "--opt-shapes", "ids:2x16", "--max-shapes", "ids:4x16",
+                        "--min-shapes", "ids:1x1", "--opt-shapes", "ids:8x1", "--max-shapes", "ids:16x1"),
+                    "lies outside every shape profile")

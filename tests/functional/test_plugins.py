@@ -115,3 +115,27 @@ def test_missing_package_is_skipped_with_reproduce_script(registered, tmp_path, 
     assert all(r.verify.status == "skipped" for r in fs.runners.values())
     script = (result.workspace / "formats" / "onnx-missing" / "reproduce.sh").read_text()
     assert "python -m tests.functional.plugin_converters --workspace . --source formats/onnx/model.onnx" in script
+
+
+def test_reference_from_another_format(registered, tmp_path, onnx_model):
+    """--reference KEY: the reference outputs come from that format's runner, and every
+    other format (the source included) is verified against them."""
+    result = navigator.convert(onnx_model("foldable_mlp"), workdir=tmp_path, no_profile=True, device="cpu",
+                               targets=["onnx", "onnx-copy", "onnx-wrong"], reference="onnx-copy")
+    st = result.status
+    assert st.samples.reference == {"key": "onnx-copy", "runner": "onnxruntime-cpu"}
+    assert st.formats["onnx"].verified and st.formats["onnx-copy"].verified
+    assert st.formats["onnx-wrong"].runners["onnxruntime-cpu"].verify.status == "failed"
+    # a reference that cannot be made stops the run with one clear error
+    from navigator.errors import UserInputError
+
+    with pytest.raises(UserInputError, match="--reference onnx-raise: that format was not converted"):
+        navigator.convert(onnx_model("foldable_mlp"), workdir=tmp_path / "b", no_profile=True, device="cpu",
+                          targets=["onnx"], reference="onnx-raise")
+
+
+def test_default_reference_is_recorded(tmp_path, onnx_model):
+    result = navigator.convert(onnx_model("foldable_mlp"), workdir=tmp_path, no_profile=True, device="cpu",
+                               targets=["onnx"])
+    assert result.status.samples.reference == {"key": "onnx", "runner": "onnxruntime-cpu",
+                                               "options": {"graph_optimization_level": "disabled"}}
