@@ -80,9 +80,10 @@ class TorchToOnnx(Converter):
         profile = status.shape_profiles[0] if status.shape_profiles else None
         names = f"input_names={sig.input_names!r}, output_names={sig.output_names!r}"
         return REPRODUCE_HEAD.format(output=output) + (
+            f"{dims_source(sig, profile)}\n"
             "# the dynamo exporter first; the legacy exporter is the fallback Navigator tries next\n"
             f"torch.onnx.export(live.module, live.example, {output!r}, dynamo=True, external_data=False,\n"
-            f"                  dynamic_shapes={dims_source(sig, profile)}, {names})\n"
+            f"                  dynamic_shapes=dynamic_shapes, {names})\n"
             f"# torch.onnx.export(live.module, live.example, {output!r}, dynamo=False,\n"
             f"#                   dynamic_axes={_dynamic_axes(sig)!r}, {names})\n")
 

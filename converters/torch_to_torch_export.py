@@ -31,7 +31,7 @@ class TorchToTorchExport(Converter):
 
         profile = status.shape_profiles[0] if status.shape_profiles else None
         return REPRODUCE_HEAD.format(output=output) + (
-            f"dynamic_shapes = {dims_source(status.signature, profile)}\n"
+            f"{dims_source(status.signature, profile)}\n"
             f"ep = torch.export.export(live.module, live.example, strict={params.strict}, "
             "dynamic_shapes=dynamic_shapes)\n"
             f"torch.export.save(ep, {output!r})\n")

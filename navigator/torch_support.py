@@ -11,12 +11,10 @@ only: importing this module costs nothing.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import json
 import logging
 import os
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,22 +54,10 @@ def load_factory(spec: str):
     path_text, sep, attr = spec.rpartition(":")
     if not sep or not path_text or not attr:
         raise UserInputError(f"{spec!r}: expected path/to/file.py:factory")
+    from navigator.userfile import import_file
+
     path = Path(path_text)
-    if not path.is_file():
-        raise UserInputError(f"{path}: no such file (from {spec!r})")
-    name = f"navigator_user_{abs(hash(str(path.resolve())))}"
-    module_spec = importlib.util.spec_from_file_location(name, path)
-    if module_spec is None or module_spec.loader is None:
-        raise UserInputError(f"{path}: cannot be imported as Python")
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module
-    folder = str(path.resolve().parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as e:
-        raise UserInputError(f"{path}: importing it failed ({type(e).__name__}: {e})") from None
+    module = import_file(path, what=f"model factory {spec!r}:")
     factory = getattr(module, attr, None)
     if factory is None:
         have = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
@@ -226,15 +212,10 @@ def cast_module(module, dtype: str):
     return wrapped
 
 
-def dynamic_shapes(signature, profile: dict | None, *, varargs: bool = True):
-    """torch.export dynamic shapes: one Dim per dynamic dim, bounded by the shape
-    profile; the same axis with the same range shares a Dim across inputs (the batch).
-    ``varargs``: for the flat module (``forward(*args)``); False for a module with one
-    positional parameter per input (an ExportedProgram's ``module()``)."""
-    import torch
-
-    Dim = torch.export.Dim
-    dims: dict[tuple[int, int, int], Any] = {}
+def dim_ranges(signature, profile: dict | None) -> list[dict[int, tuple[str, int, int]]]:
+    """Per input, ``{axis: (symbol, min, max)}`` for its dynamic dims, bounded by the shape
+    profile; the same axis with the same range shares a symbol across inputs (the batch)."""
+    symbols: dict[tuple[int, int, int], str] = {}
     per_input = []
     for spec in signature.inputs:
         entry = {}
@@ -245,11 +226,25 @@ def dynamic_shapes(signature, profile: dict | None, *, varargs: bool = True):
             if profile and spec.name in profile:
                 lo = max(1, int(profile[spec.name]["min"][axis]))
                 hi = max(lo + 1, int(profile[spec.name]["max"][axis]))
-            key = (axis, lo, hi)   # the same range at the same axis: the same symbol (batch across inputs)
-            if key not in dims:
-                dims[key] = Dim(f"d{axis}_{len(dims)}", min=lo, max=hi)
-            entry[axis] = dims[key]
-        per_input.append(entry or None)
+            key = (axis, lo, hi)
+            symbols.setdefault(key, f"d{axis}_{len(symbols)}")
+            entry[axis] = (symbols[key], lo, hi)
+        per_input.append(entry)
+    return per_input
+
+
+def dynamic_shapes(signature, profile: dict | None, *, varargs: bool = True):
+    """torch.export dynamic shapes: one ``Dim`` per symbol of :func:`dim_ranges`.
+    ``varargs``: for the flat module (``forward(*args)``); False for a module with one
+    positional parameter per input (an ExportedProgram's ``module()``)."""
+    import torch
+
+    dims: dict[str, Any] = {}
+    per_input = []
+    for entry in dim_ranges(signature, profile):
+        for name, lo, hi in entry.values():
+            dims.setdefault(name, torch.export.Dim(name, min=lo, max=hi))
+        per_input.append({axis: dims[name] for axis, (name, _, _) in entry.items()} or None)
     return (tuple(per_input),) if varargs else tuple(per_input)
 
 
@@ -424,17 +419,11 @@ live = live_from_workspace(".", st.signature, st.shape_profiles)   # .module tak
 
 
 def dims_source(signature, profile: dict | None) -> str:
-    """The dynamic_shapes argument as Python source, for reproduce.py."""
-    per_input = []
-    for spec in signature.inputs:
-        entry = []
-        for axis, d in enumerate(spec.shape):
-            if d >= 0:
-                continue
-            lo, hi = 1, 1 << 16
-            if profile and spec.name in profile:
-                lo = max(1, int(profile[spec.name]["min"][axis]))
-                hi = max(lo + 1, int(profile[spec.name]["max"][axis]))
-            entry.append(f"{axis}: torch.export.Dim('{spec.name}_{axis}', min={lo}, max={hi})")
-        per_input.append("{" + ", ".join(entry) + "}" if entry else "None")
-    return "((" + ", ".join(per_input) + ("," if len(per_input) == 1 else "") + "),)"
+    """The dynamic_shapes argument of :func:`dynamic_shapes` as Python source, for reproduce.py."""
+    ranges = dim_ranges(signature, profile)
+    lines = [f"{name} = torch.export.Dim({name!r}, min={lo}, max={hi})"
+             for name, lo, hi in dict.fromkeys(v for entry in ranges for v in entry.values())]
+    per_input = ["{" + ", ".join(f"{axis}: {name}" for axis, (name, _, _) in entry.items()) + "}" if entry
+                 else "None" for entry in ranges]
+    return "\n".join(lines + ["dynamic_shapes = ((" + ", ".join(per_input) + ("," if len(per_input) == 1 else "")
+                               + "),)"])

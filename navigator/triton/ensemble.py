@@ -28,9 +28,7 @@ anything is written. A violation is a UserInputError naming the rule.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -49,17 +47,9 @@ def load_function(path: str | Path, name: str) -> tuple[Callable, Any]:
         raise UserInputError(f"{flag} {path}: no such file")
     if path.suffix != ".py":
         raise UserInputError(f"{flag} {path}: expected a Python file (.py) defining {name}(**tensors) -> dict")
-    module_name = f"navigator_triton_{name}_{abs(hash(str(path.resolve())))}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise UserInputError(f"{flag} {path}: cannot be imported as Python")
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as e:
-        raise UserInputError(f"{flag} {path}: importing it failed ({type(e).__name__}: {e})") from None
-    finally:
-        sys.modules.pop(module_name, None)
+    from navigator.userfile import import_file
+
+    module = import_file(path, what=flag, prefix=f"navigator_triton_{name}", keep=False)
     fn = getattr(module, name, None)
     if not callable(fn):
         raise UserInputError(f"{flag} {path} defines no function {name}(**tensors) -> dict")

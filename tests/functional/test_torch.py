@@ -113,7 +113,7 @@ def test_factory_from_the_cli(cli, tmp_path):
     assert art.is_file()
     # reproduce.py does the same with plain torch calls, dynamic dims spelled out
     script = ws / "formats" / "torch_export" / "reproduce.py"
-    assert "torch.export.Dim('x_0', min=1, max=8)" in script.read_text()
+    assert "d0_0 = torch.export.Dim('d0_0', min=1, max=8)" in script.read_text()
     (ws / "formats" / "torch_export" / "model.pt2").unlink()
     p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=ws)
     assert p.returncode == 0, p.stderr
