@@ -289,6 +289,21 @@ def _preferred(fs, kind: str, max_batch_size: int) -> list[int]:
     return []
 
 
+def _engine_launch_notes(ws, key: str) -> list[str]:
+    """How tritonserver must be started for a TensorRT engine (plugins, version
+    compatibility), from the engine.yaml its build wrote."""
+    import yaml
+
+    path = ws.format_dir(key) / "engine.yaml"
+    if not path.is_file():
+        return []
+    triton = (yaml.safe_load(path.read_text()) or {}).get("triton") or {}
+    out = [f"{key}: start tritonserver with --backend-config={cfg}" for cfg in triton.get("backend_config") or []]
+    if triton.get("ld_preload"):
+        out.append(f"{key}: the engine needs its plugin libraries: LD_PRELOAD={triton['ld_preload']} tritonserver …")
+    return out
+
+
 def _plan_format(ws, st, key: str, name: str, opts: TritonOptions, notes: list[str], *, top: bool) -> _Emission:
     fs = st.formats[key]
     fmt = fs.format
@@ -297,6 +312,7 @@ def _plan_format(ws, st, key: str, name: str, opts: TritonOptions, notes: list[s
         notes.append(f"{key}: {backends.NATIVE[fmt].note}")
     if serving is backends.AOTI_NATIVE:
         notes.append(f"{key}: {serving.note}")
+    notes.extend(_engine_launch_notes(ws, key))
     mbs = _batching(st, fmt, opts, key, notes)
     batching = mbs > 0
     triton_names, artifact_names = _names(st, fs, serving, notes, key)

@@ -90,3 +90,16 @@ def test_tensorrt_rtx_engines_are_not_offered_to_triton(ws, tmp_path):
         emit(ws, {"repo": tmp_path / "repo", "formats": "tensorrt_rtx"})
     names = [m.key for m in emit(ws, {"repo": tmp_path / "repo", "formats": "all"}).models]
     assert names == ["tensorrt", "savedmodel"]
+
+
+def test_engine_plugins_reach_the_launch_notes(ws, tmp_path):
+    """engine.yaml (written by the TensorRT build) names the plugin libraries and backend
+    config that tritonserver needs: the emitter passes them on as launch notes."""
+    import yaml
+
+    (ws / "formats" / "tensorrt" / "engine.yaml").write_text(yaml.safe_dump({"triton": {
+        "platform": "tensorrt_plan", "backend_config": ["tensorrt,plugins=/opt/libnms.so"],
+        "ld_preload": "/opt/libnms.so"}}))
+    notes = emit(ws, {"repo": tmp_path / "repo"}).notes
+    assert "tensorrt: start tritonserver with --backend-config=tensorrt,plugins=/opt/libnms.so" in notes
+    assert any("LD_PRELOAD=/opt/libnms.so" in n for n in notes)
