@@ -343,19 +343,27 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
     return result
 
 
-def load_yaml(path: str | os.PathLike) -> dict:
-    """Read a ``--config-path`` YAML file into a mapping (keys checked later)."""
+def read_yaml(path: str | os.PathLike, source: str):
+    """A YAML file's content, every way of failing to read it one line naming ``source``."""
     import yaml
 
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        return yaml.safe_load(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UserInputError(f"--config-path {p}: no such file") from None
+        raise UserInputError(f"{source}: no such file") from None
+    except IsADirectoryError:
+        raise UserInputError(f"{source}: is a directory, expected a YAML file") from None
     except (OSError, UnicodeDecodeError) as e:
-        raise UserInputError(f"--config-path {p}: cannot read ({e})") from None
+        raise UserInputError(f"{source}: cannot read ({e})") from None
     except yaml.YAMLError as e:
-        raise UserInputError(f"--config-path {p}: not valid YAML ({str(e).splitlines()[0]})") from None
+        raise UserInputError(f"{source}: not valid YAML ({str(e).splitlines()[0]})") from None
+
+
+def load_yaml(path: str | os.PathLike) -> dict:
+    """Read a ``--config-path`` YAML file into a mapping (keys checked later)."""
+    p = Path(path)
+    data = read_yaml(p, f"--config-path {p}")
     if data is None:
         return {}
     if not isinstance(data, dict):

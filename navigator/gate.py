@@ -239,21 +239,11 @@ def load_policy(policy: Any) -> GatePolicy:
     if isinstance(policy, dict):
         return parse_policy(policy, source="policy")
     if isinstance(policy, (str, os.PathLike)):
-        import yaml
+        from navigator.config import read_yaml
 
         p = Path(policy)
         source = f"--policy {p}"
-        try:
-            data = yaml.safe_load(p.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise UserInputError(f"{source}: no such file") from None
-        except IsADirectoryError:
-            raise UserInputError(f"{source}: is a directory, expected a YAML file") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise UserInputError(f"{source}: cannot read ({e})") from None
-        except yaml.YAMLError as e:
-            raise UserInputError(f"{source}: not valid YAML ({str(e).splitlines()[0]})") from None
-        return parse_policy(data, source=source)
+        return parse_policy(read_yaml(p, source), source=source)
     raise UserInputError(f"policy: expected a path to a YAML file or a mapping, got {type(policy).__name__}")
 
 
