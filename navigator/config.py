@@ -333,7 +333,10 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
         elif key == "reference":
             from navigator.formats import parse_key
 
-            parse_key(_check_type(key, value, str))
+            try:
+                parse_key(_check_type(key, value, str))
+            except UserInputError as e:
+                raise UserInputError(f"reference: {e.one_line()}") from None
             changes[key] = value
         else:  # model_name, model_format, signature_name
             changes[key] = _check_type(key, value, str)

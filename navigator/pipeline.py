@@ -254,6 +254,11 @@ def plan_formats(config: NavigatorConfig, source, targets: list[str]):
     if config.reference and source.reference_runner is None and config.reference != source.key:
         raise UserInputError(f"--reference {config.reference}: a {source.format} source is its own reference "
                              "(eager fp32 in the calling process); --reference is for file sources such as ONNX")
+    if config.reference and config.reference != source.key:
+        try:   # name the flag: the planner alone would call it an unknown *target*
+            plan(source.key, [config.reference], edges)
+        except UserInputError as e:
+            raise UserInputError(f"--reference: {e.one_line()}") from None
     planned = plan(source.key, [t for t in targets if t not in unsupported], edges)
     names = {e.name for e in edges}
     unknown = sorted(set(config.converter_params or {}) - names)
@@ -704,10 +709,13 @@ def _cannot_convert_here(ctx: RunContext, converter) -> str | None:
 def raise_reference_failed(ctx: RunContext) -> None:
     from navigator.isolation import log_tail
 
-    tail = log_tail(ctx.ws.root / "samples" / "reference.log", 3) or log_tail(
-        ctx.ws.format_dir(ctx.source.key) / "worker.log", 3)
+    tail = log_tail(ctx.ws.root / "samples" / "reference.log", 8) or log_tail(
+        ctx.ws.format_dir(ctx.source.key) / "worker.log", 8)
+    # the log's tail ends a traceback: keep its message lines, not the source lines and ^^^^ markers
+    lines = [ln.strip() for ln in tail.splitlines()
+             if ln.strip() and not ln[:1].isspace() and not ln.startswith("Traceback")]
     raise UserInputError(f"the reference outputs could not be computed from the source model "
-                         f"({' / '.join(tail.splitlines()) or 'see navigator.log'})")
+                         f"({' / '.join(lines[-2:]) or 'see navigator.log'})")
 
 
 def _export_source(ctx: RunContext, item, fs: FormatStatus) -> None:
@@ -812,7 +820,10 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
     ws, source, batches, meta = prepare(model, samples, config, reporter)
     targets, dropped = requested_targets(config, source, device)
     planned, unsupported = plan_formats(config, source, targets)
-    ws.root.mkdir(parents=True, exist_ok=True)
+    try:
+        ws.root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:   # the workdir is a file, read-only, … : bad input, not a bug
+        raise UserInputError(f"--workdir: cannot create {ws.root}: {e.strerror or e}") from None
     timings: dict = {"prepare_s": time.perf_counter() - t0}
     with WorkspaceLock(ws.lock_path):
         handler = _install_log_handler(ws)

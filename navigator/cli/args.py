@@ -15,7 +15,8 @@ class ArgGroup:
         raise NotImplementedError
 
     def options(self, args: argparse.Namespace) -> dict:
-        return {d: getattr(args, d) for d in self.dests if getattr(args, d, None) not in (None, False)}
+        # `is`, not `in (None, False)`: 0 == False, and --batch-dim 0 / --max-batch-size 0 must reach validation
+        return {d: v for d in self.dests if (v := getattr(args, d, None)) is not None and v is not False}
 
 
 class ModelArgs(ArgGroup):
