@@ -37,3 +37,16 @@ def cli(tmp_path):
                               env=full_env, cwd=cwd or tmp_path, timeout=timeout)
 
     return run
+
+
+def one_line_error(r, *needles):
+    """A CLI result that failed as bad input: exit 2, one `error:` line holding every
+    needle, no traceback. Returns the line."""
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("error: "), lines
+    assert "Traceback" not in r.stderr + r.stdout
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]

@@ -6,44 +6,37 @@ import pytest
 
 from navigator.workspace.lock import WorkspaceLock
 
+from ..conftest import one_line_error
+
 pytestmark = pytest.mark.functional
 
 
-def _one_line_error(r, *needles):
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    lines = [line for line in r.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, r.stderr
-    assert lines[0].startswith("error: "), lines
-    assert "Traceback" not in r.stderr + r.stdout
-    for n in needles:
-        assert n in lines[0], lines[0]
-    return lines[0]
 
 
 def test_missing_file(cli, tmp_path):
-    _one_line_error(cli("convert", tmp_path / "nope.onnx", "--workdir", tmp_path / "wd"), "nope.onnx",
+    one_line_error(cli("convert", tmp_path / "nope.onnx", "--workdir", tmp_path / "wd"), "nope.onnx",
                     "no such file")
     assert not (tmp_path / "wd").exists()
 
 
 def test_malformed_shape_spec(cli, tmp_path, onnx_model):
-    _one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--shapes", "ids:8xx16"),
+    one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--shapes", "ids:8xx16"),
                     "--shapes", "x16")
     assert not (tmp_path / "wd").exists()
 
 
 def test_min_greater_than_max(cli, tmp_path, onnx_model):
-    _one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--min-shapes", "ids:1x64",
+    one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--min-shapes", "ids:1x64",
                         "--opt-shapes", "ids:8x32", "--max-shapes", "ids:16x32"), "ids", "min", "max")
 
 
 def test_shape_for_unknown_input(cli, tmp_path, onnx_model):
-    _one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--shapes", "tokens:8x16"),
+    one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--shapes", "tokens:8x16"),
                     "'tokens'", "'ids'")
 
 
 def test_unknown_target_lists_valid_ones(cli, tmp_path, onnx_model):
-    _one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--targets", "onnx,tensorflw"),
+    one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--targets", "onnx,tensorflw"),
                     "tensorflw", "onnx-optimized")
 
 
@@ -51,24 +44,24 @@ def test_corrupt_and_truncated_onnx(cli, tmp_path, onnx_model):
     good = onnx_model()
     bad = tmp_path / "truncated.onnx"
     bad.write_bytes(good.read_bytes()[: len(good.read_bytes()) // 2])
-    _one_line_error(cli("convert", bad, "--workdir", tmp_path / "wd"), "truncated.onnx")
+    one_line_error(cli("convert", bad, "--workdir", tmp_path / "wd"), "truncated.onnx")
     junk = tmp_path / "junk.onnx"
     junk.write_bytes(b"\x00\x01not a model at all" * 10)
-    _one_line_error(cli("convert", junk, "--workdir", tmp_path / "wd"), "junk.onnx")
+    one_line_error(cli("convert", junk, "--workdir", tmp_path / "wd"), "junk.onnx")
 
 
 def test_unknown_output_in_tolerances(cli, tmp_path, onnx_model):
-    _one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--atol", "logitz:1e-3"),
+    one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--atol", "logitz:1e-3"),
                     "'logitz'", "'logits'")
 
 
 def test_config_file_with_unknown_key(cli, tmp_path, onnx_model):
     cfg = tmp_path / "nav.yaml"
     cfg.write_text("max_batch_size: 8\nmax_batchsize: 4\n")
-    _one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--config-path", cfg),
+    one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--config-path", cfg),
                     "max_batchsize")
     cfg.write_text("max_batch_size: eight\n")
-    _one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--config-path", cfg),
+    one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--config-path", cfg),
                     "max_batch_size", "int")
 
 
@@ -76,7 +69,7 @@ def test_workspace_in_use_exits_2(cli, tmp_path, onnx_model):
     model = onnx_model()
     ws = tmp_path / "wd" / "token_classifier.nav.workspace"
     with WorkspaceLock(ws / "navigator.lock"):
-        line = _one_line_error(cli("convert", model, "--workdir", tmp_path / "wd"), "in use")
+        line = one_line_error(cli("convert", model, "--workdir", tmp_path / "wd"), "in use")
     import os
 
     assert f"pid {os.getpid()}" in line
@@ -85,7 +78,7 @@ def test_workspace_in_use_exits_2(cli, tmp_path, onnx_model):
 
 def test_status_of_a_non_workspace(cli, tmp_path):
     (tmp_path / "empty").mkdir()
-    _one_line_error(cli("status", tmp_path / "empty"), "not a Navigator workspace")
+    one_line_error(cli("status", tmp_path / "empty"), "not a Navigator workspace")
 
 
 def test_internal_error_exit_3_with_traceback_in_log(cli, tmp_path, onnx_model, monkeypatch):
@@ -114,7 +107,7 @@ def test_cuda_without_a_gpu(cli, tmp_path, onnx_model):
 
     if deps.gpu_present():
         pytest.skip("this machine has a GPU: --device cuda is valid here")
-    _one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--device", "cuda"),
+    one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--device", "cuda"),
                     "--device cuda", "no NVIDIA GPU")
 
 
@@ -134,10 +127,10 @@ def test_converter_params_from_the_config_file(cli, tmp_path, onnx_model):
     st = yaml.safe_load((ws / "status.yaml").read_text())
     assert st["formats"]["onnx-optimized"]["convert"]["exporter"] == "graphsurgeon"
     cfg.write_text("converter_params: {onnx_to_onnx_optimized: {slimm: false}}\n")
-    _one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--config-path", cfg), "slimm",
+    one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--config-path", cfg), "slimm",
                     "fold_constants")
     cfg.write_text("converter_params: {onnx_to_tensorflow: {x: 1}}\n")
-    _one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--config-path", cfg),
+    one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--config-path", cfg),
                     "onnx_to_tensorflow")
 
 
@@ -154,7 +147,7 @@ def test_samples_must_lie_in_some_profile(cli, tmp_path, onnx_model):
     st = yaml.safe_load((tmp_path / "wd" / "token_classifier.nav.workspace" / "status.yaml").read_text())
     assert len(st["shape_profiles"]) == 2
     assert [s["ids"] for s in st["samples"]["shapes"]] == [[2, 64], [8, 1]]
-    _one_line_error(cli("convert", model, "--workdir", tmp_path / "wd2", "--shapes", "ids:8x32",
+    one_line_error(cli("convert", model, "--workdir", tmp_path / "wd2", "--shapes", "ids:8x32",
                         "--min-shapes", "ids:1x16", "--opt-shapes", "ids:2x16", "--max-shapes", "ids:4x16",
                         "--min-shapes", "ids:1x1", "--opt-shapes", "ids:8x1", "--max-shapes", "ids:16x1"),
                     "lies outside every shape profile")
