@@ -246,12 +246,29 @@ def run_job(job: dict) -> int:
     return 0
 
 
+def _die_with_parent(parent_pid: int | None) -> None:
+    """Linux: be killed when the run that started us dies (even by SIGKILL), so no
+    orphan keeps writing into a workspace that a resumed run now owns."""
+    if not parent_pid or not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:   # the parent died before prctl took effect
+        os._exit(1)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print("usage: python -m navigator._worker JOB.json", file=sys.stderr)
         return 2
     job = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    _die_with_parent(job.get("parent_pid"))
     for p in reversed(job.get("sys_path", [])):
         if p not in sys.path:
             sys.path.insert(0, p)

@@ -59,7 +59,7 @@ class Reporter:
         line = f"{self._icon(status)} {key} {stage}" + (f" [{runner}]" if runner else "")
         if result.get("duration_s") is not None:
             line += f" ({result['duration_s']:.2f} s)"
-        if status != "ok" and result.get("reason"):
+        if result.get("reason"):   # why it failed or was skipped; for an ok step: reused, a fallback taken
             line += f": {str(result['reason'])[:300]}"
         if stage == "profile" and status == "ok" and result.get("results"):
             peak = max(result["results"], key=lambda r: r["throughput"])

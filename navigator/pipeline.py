@@ -54,6 +54,8 @@ class RunContext:
     timings: dict = field(default_factory=dict)
     process_starts: int = 0
     static_keys: set = field(default_factory=set)   # formats exported with static shapes only
+    resume_from: Status | None = None                # the previous record, when its inputs are unchanged
+    step_hashes: dict = field(default_factory=dict)  # (key, runner key, stage) -> inputs_sha256
 
     def save(self) -> None:
         status_mod.save(self.status, self.ws.status_path)
@@ -169,11 +171,12 @@ def _check_output_options(config: NavigatorConfig, sig) -> None:
 
 
 def write_workspace(ws: Workspace, source, batches: list[dict], meta: dict, config: NavigatorConfig,
-                    device: str) -> Status:
-    """A fresh workspace: status.yaml (state running), samples, the first artifact's folder."""
+                    device: str, *, keep: bool = False) -> Status:
+    """The workspace's status.yaml (state running) and samples: from scratch, or keeping
+    the artifacts and reference outputs of an earlier run (``keep``, when resuming)."""
     from navigator._version import __version__
 
-    for sub in ("formats", "samples", "jobs", "report"):
+    for sub in (("jobs",) if keep else ("formats", "samples", "jobs", "report")):
         shutil.rmtree(ws.root / sub, ignore_errors=True)
     for i, batch in enumerate(batches):
         npz.save(ws.sample_file("inputs", i), batch)
@@ -411,11 +414,13 @@ def _apply_event(ctx: RunContext, event: dict) -> None:
     else:
         rs = fs.runners[event["runner"]]
         if stage == "verify":
-            rs.verify = VerifyStep.from_dict(result | {"log": rel_log})
+            rs.verify = VerifyStep.from_dict(result | {"log": rel_log,
+                                                        "inputs_sha256": ctx.step_hashes.get((key, event["runner"], "verify"))})
             if rs.verify.status == "ok" and ctx.verify_func is not None:
                 _apply_verify_func(ctx, key, event["runner"], rs)
         elif stage == "profile":
-            rs.profile = ProfileStep.from_dict(result | {"log": rel_log})
+            rs.profile = ProfileStep.from_dict(result | {"log": rel_log,
+                                                          "inputs_sha256": ctx.step_hashes.get((key, event["runner"], "profile"))})
     ctx.reporter.step_end(key, stage, event.get("runner"), result)
     ctx.save()
 
@@ -479,7 +484,7 @@ def run_job(ctx: RunContext, name: str, tasks: list[dict], log_path: Path, sys_p
     from navigator import isolation
 
     job = {"workspace": str(ctx.ws.root), "events": str(ctx.ws.jobs_dir / f"{name}.events.jsonl"),
-           "tasks": tasks, "sys_path": sys_path, "log_level": "INFO"}
+           "tasks": tasks, "sys_path": sys_path, "log_level": "INFO", "parent_pid": os.getpid()}
     ctx.process_starts += 1
     start = time.perf_counter()
     outcome = isolation.run_worker(job, ctx.ws.jobs_dir / f"{name}.json", log_path,
@@ -596,14 +601,25 @@ def _run_item(ctx: RunContext, item, *, convert: bool = True, verify: bool = Tru
             _skip_runners(fs, why_not)
             ctx.reporter.step_end(item.key, "convert", None, fs.convert.to_dict())
             return
-        fs.convert.inputs_sha256 = parent.convert.inputs_sha256
+        fs.convert.inputs_sha256 = _convert_hash(ctx, item)
     if not fs.runners:
         log.info("%s: no runner for format %s on %s", item.key, fs.format, ctx.device)
     task = _format_task(ctx, item, fs)
     if item.converter is None:
         _write_reproduce(ctx, item, fs, task)
+    reference_kept = (item.converter is None and ctx.resume_from is not None
+                      and ctx.resume_from.samples.reference == st.samples.reference
+                      and len(list(ctx.ws.reference_dir.glob("*.npz"))) == st.samples.count)
+    task = _reuse(ctx, item, task)
+    if task is None:   # every step of this format is unchanged since the last run
+        _explain_skips(fs, ctx.config)
+        ctx.save()
+        return
     live = _is_live(ctx)
-    if item.converter is not None and item.converter.needs_live and live:
+    in_process = item.converter is not None and (
+        item.converter.needs_live and live
+        or item.converter.__module__ == "__main__")   # a class of the user's script: no worker can import it
+    if task.get("convert") and in_process:
         _convert_in_process(ctx, item, task)       # the module exists only here
         task = _converted_task(ctx, item, task)
         if fs.convert.status != "ok":
@@ -613,7 +629,7 @@ def _run_item(ctx: RunContext, item, *, convert: bool = True, verify: bool = Tru
     if not verify:
         task = dict(task, runners=[], profile=None)
     tasks = [task]
-    own_reference = ctx.config.reference in (None, ctx.source.key)
+    own_reference = ctx.config.reference in (None, ctx.source.key) and not reference_kept
     if item.converter is None and ctx.source.reference_runner and own_reference:
         tasks.insert(0, {"kind": "reference", "key": "reference", "artifact": fs.path,
                          "runner": {k: v for k, v in ctx.source.reference_runner.items() if k != "options"},
@@ -633,6 +649,78 @@ def _converted_task(ctx: RunContext, item, task: dict) -> dict:
 
         task = _static(task)
     return task
+
+
+def _step_hash(*parts) -> str:
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def resumable(ws: Workspace, source, meta: dict, config: NavigatorConfig) -> Status | None:
+    """The earlier record of this workspace when a re-run may reuse its steps: not
+    --force, and the same model bytes, samples, signature and shape profiles. Sources
+    without a file hash (live objects, factories, directories) always start afresh."""
+    if config.force or not ws.status_path.is_file():
+        return None
+    try:
+        old = status_mod.load(ws.status_path)
+    except UserInputError as e:
+        log.info("not resuming: %s", e.one_line())
+        return None
+    sha = source.sha256()
+    same = (sha is not None and old.model.sha256 == sha and old.samples.sha256 == meta["samples_info"].sha256
+            and old.signature.to_dict() == source.signature.to_dict() and old.batch_dim == meta["batch_dim"]
+            and old.shape_profiles == meta["profiles"])
+    return old if same else None
+
+
+def _convert_hash(ctx: RunContext, item) -> str:
+    from navigator._version import __version__
+
+    if item.converter is None:
+        return ctx.status.model.sha256 or _step_hash("live", ctx.source.key)
+    conv = item.converter
+    parent = ctx.status.formats[item.parent]
+    return _step_hash(parent.convert.inputs_sha256, conv.name, _params_dict(conv.params_from_config(ctx.config)),
+                      {m: deps.version(m) for m in conv.requires}, __version__)
+
+
+def _reuse(ctx: RunContext, item, task: dict) -> dict | None:
+    """Take from the earlier record what is unchanged; returns the task left to run
+    (None when nothing is). Hashes of every step are noted for the new record."""
+    fs = ctx.status.formats[item.key]
+    old = ctx.resume_from.formats.get(item.key) if ctx.resume_from else None
+    if old is not None and task.get("convert") and old.convert.status == "ok" \
+            and old.convert.inputs_sha256 == fs.convert.inputs_sha256 and ctx.ws.abs(fs.path).exists():
+        fs.convert = old.convert
+        fs.io_names = dict(old.io_names)
+        if "static shapes" in (old.convert.exporter or ""):
+            ctx.static_keys.add(item.key)
+        task = _converted_task(ctx, item, task)
+        ctx.reporter.step_end(item.key, "convert", None, {"status": "ok", "reason": "reused, inputs unchanged"})
+    kept = []
+    for spec in task["runners"]:
+        verify_hash = _step_hash(fs.convert.inputs_sha256, spec["key"], task["verify"], task.get("io_names"),
+                                 ctx.status.samples.sha256, ctx.status.samples.reference)
+        profile_hash = _step_hash(verify_hash, task.get("profile"))
+        ctx.step_hashes[(item.key, spec["key"], "verify")] = verify_hash
+        ctx.step_hashes[(item.key, spec["key"], "profile")] = profile_hash
+        # a verify_func (a Python callable) cannot be compared with the last run's: verify again
+        reusable = old is not None and not task.get("convert") and ctx.verify_func is None
+        before = old.runners.get(spec["key"]) if reusable else None
+        if (before is not None and before.verify.status == "ok" and before.verify.inputs_sha256 == verify_hash
+                and (not task.get("profile") or (before.profile.status == "ok"
+                                                 and before.profile.inputs_sha256 == profile_hash))):
+            fs.runners[spec["key"]].verify = before.verify
+            if task.get("profile"):
+                fs.runners[spec["key"]].profile = before.profile
+            ctx.reporter.step_end(item.key, "verify", spec["key"], {"status": "ok", "reason": "reused"})
+            continue
+        kept.append(spec)
+    task = dict(task, runners=kept)
+    return task if task.get("convert") or kept else None
 
 
 def _run_tasks(ctx: RunContext, item, tasks: list[dict]) -> None:
@@ -831,7 +919,11 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
         try:
             log.info("navigator convert %s into %s (device %s)", source.path or type(source.obj).__name__, ws.root,
                      device)
-            st = write_workspace(ws, source, batches, meta, config, device)
+            previous = resumable(ws, source, meta, config)
+            st = write_workspace(ws, source, batches, meta, config, device, keep=previous is not None)
+            if previous is not None:
+                log.info("resuming: the model, samples and profiles are unchanged since %s", previous.updated)
+                reporter.info("resuming: unchanged steps of the last run are reused (--force redoes them)")
             if source.format == "torch" and not getattr(source, "factory", None):
                 from navigator import torch_support
 
@@ -839,7 +931,7 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
                 if source.io.memory_tree is not None:
                     torch_support.TREESPECS[str(ws.root)] = source.io.memory_tree
             ctx = RunContext(config=config, ws=ws, status=st, source=source, device=device, reporter=reporter,
-                             runner_devices=runner_devices,
+                             runner_devices=runner_devices, resume_from=previous,
                              verify_func=verify_func, timings=timings)
             for t in dropped:
                 log.info("default target %s left out: its packages are not installed", t)

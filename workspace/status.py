@@ -70,6 +70,7 @@ class VerifyStep(Record):
     batch_sizes: list[int] = field(default_factory=list)
     outputs: dict[str, OutputCheck] = field(default_factory=dict)
     load_s: float | None = None        # loading the runner (and compiling, for torch_compile)
+    inputs_sha256: str | None = None   # what the verdict depends on: a re-run with the same reuses it
     log: str | None = None
 
     _nested: ClassVar = {"outputs": (OutputCheck, "dict")}
@@ -90,6 +91,7 @@ class ProfileStep(Record):
     duration_s: float | None = None
     stable: bool | None = None
     results: list[ProfileResult] = field(default_factory=list)
+    inputs_sha256: str | None = None   # what the measurement depends on: a re-run with the same reuses it
     log: str | None = None
 
     _nested: ClassVar = {"results": (ProfileResult, "list")}

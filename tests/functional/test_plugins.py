@@ -139,3 +139,36 @@ def test_default_reference_is_recorded(tmp_path, onnx_model):
                                targets=["onnx"])
     assert result.status.samples.reference == {"key": "onnx", "runner": "onnxruntime-cpu",
                                                "options": {"graph_optimization_level": "disabled"}}
+
+
+def test_converter_defined_in_the_users_script_runs_in_process(tmp_path, onnx_model):
+    """A converter class of the script's own __main__ cannot be imported by a worker:
+    it runs in the calling process (isolated: false) instead of failing."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "convert_here.py"
+    script.write_text(textwrap.dedent("""
+        import shutil, sys
+        import navigator
+        from navigator.converters.base import Converter
+        from navigator.converters.registry import register
+
+        @register
+        class CopyHere(Converter):
+            name = "test_copy_here"
+            source = "onnx"
+            target = "onnx-here"
+
+            def convert(self, ctx):
+                shutil.copyfile(ctx.source, ctx.output)
+
+        r = navigator.convert(sys.argv[1], workdir=sys.argv[2], targets=["onnx", "onnx-here"], no_profile=True,
+                              device="cpu")
+        fs = r.status.formats["onnx-here"]
+        print(r.ok, fs.convert.status, fs.isolated, fs.verified)
+    """))
+    r = subprocess.run([sys.executable, str(script), str(onnx_model("foldable_mlp")), str(tmp_path / "wd")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "True ok False True"

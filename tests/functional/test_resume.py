@@ -1,0 +1,110 @@
+"""Re-running on a workspace reuses every step whose inputs are unchanged; --force
+redoes them; a run killed with SIGKILL resumes cleanly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+import navigator
+
+pytestmark = pytest.mark.functional
+FAST = dict(device="cpu", profile_budget_s=1, max_batch_size=4)
+
+
+def _hashes(result):
+    return {(k, r): (rs.verify.inputs_sha256, rs.profile.inputs_sha256, fs.convert.inputs_sha256)
+            for k, fs in result.status.formats.items() for r, rs in fs.runners.items()}
+
+
+def test_unchanged_steps_are_reused(tmp_path, onnx_model):
+    model = onnx_model("foldable_mlp")
+    first = navigator.convert(model, workdir=tmp_path, targets=["onnx", "onnx-optimized"], **FAST)
+    assert first.ok and first.timings["process_starts"] == 2
+    again = navigator.convert(model, workdir=tmp_path, targets=["onnx", "onnx-optimized"], **FAST)
+    assert again.ok and again.timings["process_starts"] == 0          # nothing to redo
+    assert _hashes(again) == _hashes(first) and all(h[0] for h in _hashes(again).values())
+    assert again.best == first.best and again.status.state == "complete"
+    # a new target: only it is converted; a changed tolerance: verification redone, conversions kept
+    more = navigator.convert(model, workdir=tmp_path, targets=["onnx", "onnx-optimized", "openvino"], **FAST)
+    assert more.ok and more.timings["process_starts"] == 1
+    looser = navigator.convert(model, workdir=tmp_path, targets=["onnx", "onnx-optimized"], atol=1e-3, **FAST)
+    assert looser.ok and looser.timings["process_starts"] == 2
+    opt = looser.status.formats["onnx-optimized"]
+    assert opt.convert.inputs_sha256 == first.status.formats["onnx-optimized"].convert.inputs_sha256
+    assert opt.runners["onnxruntime-cpu"].verify.inputs_sha256 != \
+        first.status.formats["onnx-optimized"].runners["onnxruntime-cpu"].verify.inputs_sha256
+    assert opt.runners["onnxruntime-cpu"].verify.outputs["y"].atol == 1e-3
+    # --force redoes everything; a changed model starts afresh
+    forced = navigator.convert(model, workdir=tmp_path, targets=["onnx", "onnx-optimized"], force=True, **FAST)
+    assert forced.timings["process_starts"] == 2
+    other = onnx_model("foldable_mlp", seed=5)
+    changed = navigator.convert(other, workdir=tmp_path, targets=["onnx", "onnx-optimized"], **FAST)
+    assert changed.timings["process_starts"] == 2
+    assert changed.status.model.sha256 != first.status.model.sha256
+
+
+PLUGIN = """
+import os, time, shutil
+from navigator.converters.base import Converter
+from navigator.converters.registry import register
+
+@register
+class SlowCopy(Converter):
+    name = "test_slow_copy"
+    source = "onnx"
+    target = "onnx-slow"
+    requires = ("onnx",)
+
+    def convert(self, ctx):
+        if os.environ.get("NAV_SLOW") == "1":
+            time.sleep(120)
+        shutil.copyfile(ctx.source, ctx.output)
+"""
+
+SCRIPT = """
+import sys
+import navigator
+import slow_plugin  # registers onnx-slow; a module of its own, so workers can import it
+
+r = navigator.convert(sys.argv[1], workdir=sys.argv[2], targets=["onnx", "onnx-slow"], device="cpu",
+                      profile_budget_s=1, max_batch_size=4)
+print("process_starts", r.timings["process_starts"], "ok", r.ok)
+"""
+
+
+def test_sigkill_then_resume(tmp_path, onnx_model):
+    """SIGKILL while a conversion runs: status.yaml stays readable (state running), the
+    worker dies with its parent, and the next run reuses what was finished."""
+    model = onnx_model("foldable_mlp")
+    script = tmp_path / "run.py"
+    script.write_text(SCRIPT)
+    (tmp_path / "slow_plugin.py").write_text(PLUGIN)
+    ws = tmp_path / "wd" / "foldable_mlp.nav.workspace"
+    cmd = [sys.executable, str(script), str(model), str(tmp_path / "wd")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, NAV_SLOW="1"), cwd=tmp_path)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not (ws / "formats" / "onnx-slow" / "convert.log").is_file():
+        time.sleep(0.1)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    st = yaml.safe_load((ws / "status.yaml").read_text())      # never corrupt
+    assert st["state"] == "running"
+    assert st["formats"]["onnx"]["runners"]["onnxruntime-cpu"]["profile"]["status"] == "ok"
+    time.sleep(0.5)
+    ps = subprocess.run(["pgrep", "-f", f"navigator._worker {ws}"], capture_output=True, text=True)
+    assert ps.stdout.strip() == "", "the worker outlived its killed parent"
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "process_starts 1 ok True" in r.stdout        # onnx reused; only onnx-slow is done again
+    st = yaml.safe_load((ws / "status.yaml").read_text())
+    assert st["state"] == "complete"
+    assert st["formats"]["onnx-slow"]["runners"]["onnxruntime-cpu"]["verify"]["status"] == "ok"
