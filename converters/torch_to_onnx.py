@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from navigator.converters.base import Converter, ConvertContext, ConvertOutcome, main
 from navigator.converters.onnx_io import TWO_GB

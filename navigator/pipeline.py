@@ -742,8 +742,6 @@ def _is_live(ctx: RunContext) -> bool:
 
 def _convert_in_process(ctx: RunContext, item, task: dict) -> None:
     """Run an edge that needs the live object here (isolated: false), as a worker would."""
-    from navigator import _worker
-
     ctx.status.formats[item.key].isolated = False
     _run_job_in_process(ctx, item.key, [dict(task, runners=[], profile=None)])
 

@@ -35,8 +35,6 @@ class TensorRTRunner(Runner):
         self._check_here()
         import importlib
 
-        import numpy as np  # noqa: F401  (Polygraphy returns numpy arrays)
-
         from navigator import engine as engine_mod
 
         header = engine_mod.read_header(self.path)

@@ -131,7 +131,6 @@ class AotiRunner(_TorchRunner):
         if self.device == "cuda":
             # A fresh process has no CUDA context yet; load into an initialised device
             # (a fresh-process load segfaulted on H100 otherwise, ENVIRONMENT.md).
-            torch = self._torch
             torch.cuda.init()
             torch.empty(1, device="cuda")
             return torch._inductor.aoti_load_package(str(self.path), device_index=torch.cuda.current_device())

@@ -238,7 +238,6 @@ def check(ensemble, steps: dict) -> list[str]:
     Returns the violations, each naming the rule; empty when the ensemble is valid."""
     from tritonclient.grpc import model_config_pb2 as mc
 
-    name = ensemble.name
     out: list[str] = []
     if ensemble.platform != "ensemble":
         out.append(f"platform must be 'ensemble', not {ensemble.platform!r}")
