@@ -190,7 +190,10 @@ def run_profile(ws, task: dict, runner, io_names: dict) -> dict:
     if settings.batch_sizes == [0] and prof.get("batch_dim") is not None:   # static shapes: the sample's batch
         own = next(iter(sample.values())).shape[prof["batch_dim"]]
         settings.batch_sizes, settings.max_batch_size = [own], max(own, settings.max_batch_size)
-    outcome = sweep(runner.infer, sample, prof.get("batch_dim"), settings)
+    infer, io = runner.profiling_infer()
+    outcome = sweep(infer, sample, prof.get("batch_dim"), settings)
+    for r in outcome.results:
+        r["io"] = io
     for r in outcome.results:
         log.info("batch %d: %.1f/s, p50 %.3f ms, p99 %.3f ms", r["batch_size"], r["throughput"],
                  r["latency_ms"]["p50"], r["latency_ms"]["p99"])

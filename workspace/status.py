@@ -82,6 +82,7 @@ class ProfileResult(Record):
     throughput: float
     latency_ms: dict[str, float] = field(default_factory=dict)
     spread: float | None = None        # (max - min) / mean throughput of the last windows: measurement noise
+    io: str | None = None              # "host": numpy in and out, copies timed; "device": tensors stay on the GPU
 
 
 @dataclass

@@ -75,6 +75,12 @@ class Runner:
 
     __call__ = infer
 
+    def profiling_infer(self):
+        """``(infer, io)``: what the profiler times. ``io`` is ``"host"`` when each call
+        takes host arrays and returns host arrays (the default), ``"device"`` when the
+        inputs stay on the accelerator and outputs are not copied back."""
+        return self.infer, "host"
+
     # -- subclass hooks ---------------------------------------------------
     def activate_impl(self) -> None:
         raise NotImplementedError

@@ -4,6 +4,14 @@ All take flat tensors in the order of ``options["inputs"]`` (the artifact's
 input names) and return ``{name: ndarray}`` in the order of
 ``options["outputs"]``. On ``cpu`` no CUDA call is made, so CPU-only torch
 builds work; on ``cuda`` a missing GPU is ``skipped``, not ``failed``.
+
+On CUDA, modules with 4-D weights (convolutions) run channels-last, with 4-D
+inputs made channels-last too (tensor-core convolutions want NHWC; the values
+are the same, only the strides change), and cuDNN picks its algorithms by
+benchmark. AOTInductor packages and TorchScript modules keep the layout they
+were compiled or traced with. For profiling, :meth:`_TorchRunner.profiling_infer`
+keeps the inputs on the GPU and leaves the outputs there (``io: device``, as
+``trtexec --noDataTransfers``); verification always goes host to host.
 """
 
 from __future__ import annotations
@@ -26,7 +34,10 @@ class _TorchRunner(Runner):
             # fp32 means fp32: TF32 convolutions/matmuls (cuDNN's default) are a precision change
             torch.backends.cudnn.allow_tf32 = False
             torch.backends.cuda.matmul.allow_tf32 = False
+        if self.device == "cuda":
+            torch.backends.cudnn.benchmark = True
         self._torch = torch
+        self._channels_last = False
         self.input_names = list(self.options.get("inputs") or [])
         self.output_names = list(self.options.get("outputs") or [])
         start = time.perf_counter()
@@ -36,9 +47,42 @@ class _TorchRunner(Runner):
     def load(self):
         raise NotImplementedError
 
+    def _layout(self, module):
+        """Channels-last on CUDA for modules with 4-D weights (see the module docstring)."""
+        torch = self._torch
+        if self.device == "cuda" and any(p.dim() == 4 for p in module.parameters()):
+            module = module.to(memory_format=torch.channels_last)
+            self._channels_last = True
+        return module
+
+    def _tensor(self, array):
+        t = self._torch.from_numpy(array).to(self.device)
+        if self._channels_last and t.dim() == 4:
+            t = t.contiguous(memory_format=self._torch.channels_last)
+        return t
+
+    def profiling_infer(self):
+        """``(infer, io)`` for the profiler. On CUDA: each feeds dict is copied to the GPU
+        once, every call runs the model on those tensors and synchronizes, and no output
+        is copied back (``io: device``). Elsewhere: :meth:`infer` itself (``io: host``)."""
+        if self.device != "cuda":
+            return self.infer, "host"
+        torch = self._torch
+        held: dict = {}
+
+        def infer(feeds: dict) -> None:
+            if held.get("feeds") is not feeds:
+                held["feeds"] = feeds
+                held["args"] = tuple(self._tensor(feeds[n]) for n in self.input_names)
+            with torch.inference_mode():
+                self.fn(*held["args"])
+            torch.cuda.synchronize()
+
+        return infer, "device"
+
     def infer_impl(self, feeds: dict) -> dict:
         torch = self._torch
-        args = tuple(torch.from_numpy(feeds[n]).to(self.device) for n in self.input_names)
+        args = tuple(self._tensor(feeds[n]) for n in self.input_names)
         with torch.inference_mode():
             out = self.fn(*args)
         if isinstance(out, torch.Tensor):
@@ -77,7 +121,7 @@ class TorchEagerRunner(_TorchRunner):
                 raise RunnerUnavailable("the live module exists only in the process that called navigator.convert")
         if record.get("dtype"):   # a reduced-precision variant (torch-fp16 / torch-bf16)
             module = ts.cast_module(module, record["dtype"])
-        return module.to(self.device)
+        return self._layout(module.to(self.device))
 
     def load(self):
         return self.module()
@@ -114,7 +158,7 @@ class TorchExportRunner(_TorchRunner):
     name = "torch_export"
 
     def load(self):
-        return self._torch.export.load(str(self.path)).module().to(self.device)
+        return self._layout(self._torch.export.load(str(self.path)).module().to(self.device))
 
 
 class AotiRunner(_TorchRunner):

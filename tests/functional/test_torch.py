@@ -96,10 +96,15 @@ def test_factory_from_the_cli(cli, tmp_path):
             assert runner["verify"]["status"] == "ok", (key, runner["verify"])
             assert runner["verify"]["batch_sizes"] == [1, 8]
             assert runner["profile"]["status"] == "ok"
+            assert {r["io"] for r in runner["profile"]["results"]} == {"host"}   # CPU: numpy in and out
     assert st["signature"]["inputs"] == [{"name": "x", "dtype": "float32", "shape": [-1, 3, 32, 32]}]
     assert st["signature"]["outputs"] == [{"name": "output", "dtype": "float32", "shape": [-1, 10]}]
     assert st["formats"]["torchscript"]["io_names"] == {"x": "INPUT__0", "output": "OUTPUT__0"}
     assert st["formats"]["torchscript"]["convert"]["exporter"] == "torch.jit.trace"
+    # the trace records cuDNN's allow_tf32 as a constant of each convolution: fp32 means off
+    traced = torch.jit.load(str(ws / "formats" / "torchscript" / "model.pt"))
+    convs = [n for n in traced.inlined_graph.nodes() if n.kind() == "aten::_convolution"]
+    assert convs and all(list(n.inputs())[-1].toIValue() is False for n in convs)
     assert st["formats"]["torch_export"]["convert"]["exporter"] == "torch.export"
     assert st["formats"]["onnx"]["convert"]["exporter"] == "dynamo"
     assert st["formats"]["onnx"]["parent"] == "torch"
@@ -250,3 +255,25 @@ def test_model_files_as_sources(tmp_path, kind):
     assert formats["onnx"].convert.exporter == ("legacy" if kind == "torchscript" else "dynamo")
     assert all(fs.verified for fs in formats.values())
     assert (result.workspace / "formats" / "torch" / path.name.replace("cnn", "model")).is_file()
+
+
+@pytest.mark.skipif(not deps.has("torch") or not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_runners_profile_on_the_device_channels_last(tmp_path):
+    """On CUDA a CNN runs channels-last and is profiled with device-resident tensors."""
+    import navigator
+    from navigator import runners
+
+    result = navigator.convert(f"{ROOT}/examples/cnn.py:small_cnn", shapes="x:8x3x32x32", workdir=tmp_path / "wd",
+                               targets=["torch", "torch_export"], runners=["torch", "torch_export"],
+                               profile_budget_s=1, max_batch_size=4, device="cuda")
+    for key in ("torch", "torch_export"):
+        rs = next(iter(result.status.formats[key].runners.values()))
+        assert rs.verify.status == "ok", rs.verify.reason
+        assert {r.io for r in rs.profile.results} == {"device"}
+    runner = runners.create(runners.RunnerSpec(runner="torch", device="cuda", provider=None),
+                            result.workspace / "formats" / "torch" / "source.json", inputs=["x"], outputs=["output"])
+    with runner:
+        assert runner._channels_last
+        convs = [p for p in runner.fn.parameters() if p.dim() == 4]
+        assert convs and all(p.is_contiguous(memory_format=torch.channels_last) for p in convs)
+
