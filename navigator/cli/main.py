@@ -28,8 +28,16 @@ SUBCOMMANDS = {
 
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad flags are bad input like any other: one ``error:`` line naming the command and
+    ``--help``, exit 2 (argparse's default prints the whole usage block first)."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="navigator", description=__doc__.strip().splitlines()[0],
+    parser = _Parser(prog="navigator", description=__doc__.strip().splitlines()[0],
                                      epilog=" ".join(__doc__.strip().splitlines()[2:]))
     parser.add_argument("--version", action="version", version=f"navigator {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging and tracebacks")

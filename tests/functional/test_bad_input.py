@@ -305,9 +305,8 @@ def test_batch_dim_out_of_range(cli, tmp_path, onnx_model, dim):
 
 
 def test_batch_dim_with_no_batching(cli, tmp_path, onnx_model):
-    r = cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--batch-dim", "0", "--no-batching", *FAST)
-    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    assert "--batch-dim" in r.stderr and "--no-batching" in r.stderr, r.stderr
+    one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--batch-dim", "0", "--no-batching",
+                       *FAST), "--batch-dim", "--no-batching")
     _no_workspace(tmp_path / "wd")
 
 
@@ -553,3 +552,15 @@ def test_a_raising_verify_func_never_leaves_state_running(tmp_path, onnx_model, 
         result = navigator.convert(onnx_model(), **kwargs)
         assert result.exit_code == 1 and "verify_func raised ValueError" in result.failures[0], result.failures
     assert _state(tmp_path / "wd" / WS_NAME) == expect_state
+
+
+@pytest.mark.parametrize("argv, needles", [
+    (["convert"], ("navigator convert", "required", "MODEL")),
+    (["convert", "m.onnx", "--no-such-flag"], ("unrecognized", "--no-such-flag")),
+    (["convert", "m.onnx", "--max-batch-size", "many"], ("--max-batch-size", "many")),
+    (["no-such-command"], ("invalid choice", "no-such-command")),
+])
+def test_argparse_errors_are_one_line(cli, argv, needles):
+    """Errors found by argparse itself (unknown flags, bad types, missing arguments)."""
+    one_line_error(cli(*argv), *needles)
+
