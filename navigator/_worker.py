@@ -20,6 +20,10 @@ from pathlib import Path
 
 log = logging.getLogger("navigator.worker")
 
+# A worker that cannot write its events because the workspace's filesystem is full exits with this.
+EXIT_DISK_FULL = 28
+DISK_FULL_ERRNOS = (28, 122)   # ENOSPC, EDQUOT
+
 
 class Events:
     def __init__(self, path: str):
@@ -277,7 +281,13 @@ def main(argv: list[str] | None = None) -> int:
             sys.path.insert(0, p)
     logging.basicConfig(level=getattr(logging, job.get("log_level", "INFO")), stream=sys.stdout,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run_job(job)
+    try:
+        return run_job(job)
+    except OSError as e:   # the events file could not be written: tell the parent by the exit code
+        if e.errno in DISK_FULL_ERRNOS:
+            print(f"navigator worker: {e}", file=sys.stderr)
+            return EXIT_DISK_FULL
+        raise
 
 
 if __name__ == "__main__":

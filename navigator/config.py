@@ -46,7 +46,18 @@ class NavigatorConfig:
     compare: dict | None = None
     error_stat: str | None = None
     allow_nan: bool = False
+    # Per stage and format, in seconds. Enforced in full for workers (the process group is killed).
+    # Jobs of a live source (an nn.Module / Keras object passed to the API) and converters defined in
+    # the user's __main__ run in the calling process: there the stage is stopped by an exception raised
+    # in its thread at the next Python bytecode; code blocked inside native code (a C++ export, a
+    # kernel) cannot be stopped, so its thread is abandoned after a grace period, the stage is marked
+    # failed, and the thread keeps its CPU and memory until the process exits (pipeline._run_in_thread).
     timeout: float | None = None
+    # Memory limit of each worker process (with its subprocesses), GiB of resident anonymous + shared
+    # memory; above it the worker is killed and its stage fails (navigator.isolation). Default: 75% of
+    # the machine's (or the container's cgroup) memory. 0: no limit. Not applied to jobs run in the
+    # calling process (live sources).
+    worker_memory_gb: float | None = None
     profile_budget_s: float | None = None
     no_profile: bool = False
     allow_failures: bool = False
@@ -80,6 +91,10 @@ class NavigatorConfig:
         """Every None that has a default replaced by it (``device: auto`` stays
         ``auto`` until the pipeline decides)."""
         changes = {k: v for k, v in self.DEFAULTS.items() if getattr(self, k) is None}
+        if self.worker_memory_gb is None:
+            from navigator.isolation import default_memory_limit_gb
+
+            changes["worker_memory_gb"] = default_memory_limit_gb() or 0.0
         return dataclasses.replace(self, **changes)
 
     def with_options(self, **options: Any) -> "NavigatorConfig":
@@ -325,6 +340,11 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
             _check_type(key, value, (int, float))
             if value <= 0:
                 raise UserInputError(f"{key}: must be > 0 seconds, got {value}")
+            changes[key] = float(value)
+        elif key == "worker_memory_gb":
+            _check_type(key, value, (int, float))
+            if value < 0:
+                raise UserInputError(f"worker_memory_gb: must be >= 0 GiB (0: no limit), got {value}")
             changes[key] = float(value)
         elif key in ("no_batching", "no_profile", "allow_failures", "force", "allow_nan", "trt_version_compatible"):
             changes[key] = bool(_check_type(key, value, bool))

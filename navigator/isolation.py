@@ -1,4 +1,4 @@
-"""Starting workers and watching them: per-stage timeouts, crashes, hangs.
+"""Starting workers and watching them: per-stage timeouts, crashes, hangs, memory.
 
 A worker is ``python -m navigator._worker JOB.json`` in a new process group
 (no multiprocessing, no fork: user scripts need no ``__main__`` guard). The
@@ -6,6 +6,47 @@ parent polls the job's events file; a stage running longer than the timeout
 gets the process group killed (SIGTERM, then SIGKILL), and a worker that
 dies without reporting a stage end leaves that stage ``failed`` with the
 signal and the tail of its log.
+
+Memory limit (``--worker-memory-gb``). Every poll (50 ms) the parent reads
+``/proc/<pid>/status`` of the worker and of all its descendants (found through
+``/proc/<pid>/task/<tid>/children``) and sums ``RssAnon + RssShmem``: the
+memory the kernel cannot give back by dropping pages. Above the limit the
+worker's process group gets SIGKILL at once (no SIGTERM grace: the memory keeps
+growing meanwhile) and the open stage ends ``failed`` with "the worker exceeded
+the memory limit of N GiB". Why this and not the alternatives:
+
+* RLIMIT_AS limits address space: CUDA reserves tens of GiB of it at
+  initialisation (measured: VmSize 3.8 -> 17.9 GB on ``torch.ones(device=
+  "cuda")``, H100), and onnxruntime/TensorRT reserve too, so it breaks GPU work.
+* RLIMIT_DATA (private writable mappings) does stop numpy, bytearray and torch
+  allocations since Linux 4.7 (measured: each raises MemoryError under a 1 GiB
+  limit), but it counts memory that is never touched: an untouched
+  ``np.empty`` of 2 GiB is refused although it costs nothing; thread stacks
+  (8 MiB each) count; torch's memory-mapped checkpoint loading (mmap=True)
+  maps weights private-writable, so a large checkpoint counts in full; torch
+  with CUDA loaded has VmData 1.41 GB for 0.63 GB resident (measured, H100;
+  RssAnon 0.31 GB). A limit tight enough to protect the
+  machine fails legitimate workers; one loose enough to be safe protects
+  nothing. It misses CUDA pinned host memory, which is a shared mapping
+  (measured on an H100: 2 GiB of ``pin_memory=True`` raised VmData by 0.12 GB
+  and RssShmem by 2.0 GiB, hence RssShmem in the sum). And it sees one process
+  only, not a converter's subprocesses (trtexec, tf2onnx).
+* A cgroup (v2 ``memory.max``) would be exact, but needs a writable, delegated
+  cgroup v2 tree, which containers and CI runners mostly lack (this
+  development machine has cgroup v1 only).
+* File-backed resident pages (``RssFile``: a memory-mapped ONNX external-data
+  file, shared libraries) are page cache the kernel reclaims under pressure;
+  counting them would fail models larger than the limit that are merely mapped.
+
+The cost is the polling interval: a worker touching memory at full speed
+overshoots by one interval's worth before the kill. Measured on the 2-core
+development machine: numpy touches ~2.6 GiB/s, so <= ~130 MiB past the limit;
+a converter allocating without bound under a 1 GiB limit was seen at 1.04 GiB,
+killed and reaped 9 ms after that sample, peak RSS 1087 MiB
+(tests/functional/test_faults.py). Each kill logs its figures. The kernel's
+OOM killer stays the backstop. Jobs run in the calling process (live sources)
+are not limited. The worker's peak resident set (``ru_maxrss`` from ``wait4``, i.e. its VmHWM)
+is returned in :class:`WorkerOutcome` and recorded as ``peak_rss_mb``.
 """
 
 from __future__ import annotations
@@ -34,6 +75,72 @@ class WorkerOutcome:
     reason: str | None = None          # why it stopped early: timeout, signal, exit code
     log_tail: str = ""
     wall_s: float = 0.0
+    peak_rss_mb: float | None = None   # the worker's peak resident set (VmHWM), MiB
+    memory_killed: bool = False        # killed for exceeding the memory limit
+
+
+GIB = 1 << 30
+
+
+def physical_memory_bytes() -> int | None:
+    """Memory this process may use: MemTotal, or a smaller cgroup limit (v2 or v1)."""
+    total = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    total = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) > 0 and (total is None or int(text) < total):
+            total = int(text)
+    return total
+
+
+def default_memory_limit_gb() -> float | None:
+    """75% of the machine's (or container's) memory, in GiB; None when unknown."""
+    total = physical_memory_bytes()
+    return round(total * 0.75 / GIB, 1) if total else None
+
+
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it (through /proc/<pid>/task/<tid>/children)."""
+    out, todo = [], [pid]
+    while todo and len(out) < 4096:
+        p = todo.pop()
+        out.append(p)
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{p}/task/{tid}/children", encoding="ascii") as f:
+                    todo.extend(int(c) for c in f.read().split())
+            except (OSError, ValueError):
+                continue
+    return out
+
+
+def unreclaimable_bytes(pid: int) -> int:
+    """RssAnon + RssShmem of ``pid`` and its descendants: the memory the kernel
+    cannot reclaim by dropping file pages (see the module docstring)."""
+    total = 0
+    for p in _descendants(pid):
+        try:
+            with open(f"/proc/{p}/status", encoding="ascii", errors="replace") as f:
+                for line in f:
+                    if line.startswith(("RssAnon:", "RssShmem:")):
+                        total += int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
 
 
 def log_tail(path: Path, lines: int = 15) -> str:
@@ -48,17 +155,35 @@ def log_tail(path: Path, lines: int = 15) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _reap(proc: subprocess.Popen, *, block: bool) -> tuple[int | None, float | None]:
+    """(exit code as Popen gives it, peak RSS in MiB) once the worker has ended,
+    (None, None) while it runs. wait4 gives the child's own ru_maxrss."""
+    if proc.returncode is not None:
+        return proc.returncode, None
+    try:
+        pid, status, usage = os.wait4(proc.pid, 0 if block else os.WNOHANG)
+    except ChildProcessError:   # reaped elsewhere
+        return proc.poll(), None
+    if pid == 0:
+        return None, None
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, round(usage.ru_maxrss / 1024, 1)
+
+
+def _kill_group(proc: subprocess.Popen) -> float | None:
+    """SIGTERM, then SIGKILL, to the worker's process group; its peak RSS (MiB) when known."""
     for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+            return _reap(proc, block=True)[1] if proc.returncode is None else None
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            code, peak = _reap(proc, block=False)
+            if code is not None:
+                return peak
+            time.sleep(0.02)
+    return None
 
 
 def _describe_exit(code: int) -> str:
@@ -74,13 +199,18 @@ def _describe_exit(code: int) -> str:
 
 
 def run_worker(job: dict, job_path: Path, log_path: Path, *, stage_timeout_s: float,
-               on_event: Callable[[dict], None] | None = None, env: dict | None = None) -> WorkerOutcome:
-    """Run one job in a worker, calling ``on_event`` for each event as it comes."""
+               on_event: Callable[[dict], None] | None = None, env: dict | None = None,
+               memory_limit_gb: float | None = None) -> WorkerOutcome:
+    """Run one job in a worker, calling ``on_event`` for each event as it comes.
+    ``memory_limit_gb``: kill the worker when its unreclaimable memory (with its
+    descendants') exceeds it; None or 0: no limit."""
     events_path = Path(job["events"])
     events_path.parent.mkdir(parents=True, exist_ok=True)
     events_path.write_text("")
     job_path.parent.mkdir(parents=True, exist_ok=True)
-    job_path.write_text(json.dumps(job, indent=1, default=str), encoding="utf-8")
+    from navigator.workspace.atomic import write_text
+
+    write_text(job_path, json.dumps(job, indent=1, default=str))   # never half-written on a full disk
     log_path.parent.mkdir(parents=True, exist_ok=True)
     child_env = dict(os.environ if env is None else env)
     child_env.setdefault("PYTHONUNBUFFERED", "1")
@@ -95,9 +225,10 @@ def run_worker(job: dict, job_path: Path, log_path: Path, *, stage_timeout_s: fl
     open_stage: dict | None = None
     offset = 0
     buffer = ""
+    limit = int(memory_limit_gb * GIB) if memory_limit_gb else None
     try:
         while True:
-            code = proc.poll()
+            code, outcome.peak_rss_mb = _reap(proc, block=False)
             with open(events_path, encoding="utf-8") as f:
                 f.seek(offset)
                 chunk = f.read()
@@ -120,8 +251,24 @@ def run_worker(job: dict, job_path: Path, log_path: Path, *, stage_timeout_s: fl
                 if open_stage is not None or code != 0:
                     outcome.reason = _describe_exit(code)
                 break
+            used = unreclaimable_bytes(proc.pid) if limit else 0
+            if limit and used > limit:
+                seen = time.monotonic()
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                outcome.returncode, outcome.peak_rss_mb = _reap(proc, block=True)
+                outcome.memory_killed = True
+                where = f" in {open_stage['stage']}" if open_stage else ""
+                outcome.reason = (f"the worker exceeded the memory limit of {memory_limit_gb:g} GiB{where} "
+                                  f"({used / GIB:.2f} GiB resident; --worker-memory-gb) and was killed")
+                log.warning("worker killed at %.2f GiB resident (limit %g GiB), %.0f ms after the sample; "
+                            "peak RSS %s MiB", used / GIB, memory_limit_gb, (time.monotonic() - seen) * 1000,
+                            outcome.peak_rss_mb)
+                break
             if open_stage is not None and time.monotonic() - stage_start > stage_timeout_s:
-                _kill_group(proc)
+                outcome.peak_rss_mb = _kill_group(proc)
                 outcome.returncode = proc.returncode
                 outcome.reason = (f"timed out after {stage_timeout_s:g} s in {open_stage['stage']} "
                                   f"(--timeout); the worker was killed")

@@ -481,18 +481,64 @@ def _with_tail(reason: str, tail: str) -> str:
 
 
 def run_job(ctx: RunContext, name: str, tasks: list[dict], log_path: Path, sys_path: list[str]) -> None:
-    from navigator import isolation
+    from navigator import _worker, isolation
 
     job = {"workspace": str(ctx.ws.root), "events": str(ctx.ws.jobs_dir / f"{name}.events.jsonl"),
            "tasks": tasks, "sys_path": sys_path, "log_level": "INFO", "parent_pid": os.getpid()}
     ctx.process_starts += 1
     start = time.perf_counter()
     outcome = isolation.run_worker(job, ctx.ws.jobs_dir / f"{name}.json", log_path,
-                                   stage_timeout_s=ctx.config.timeout, on_event=lambda e: _apply_event(ctx, e))
+                                   stage_timeout_s=ctx.config.timeout, on_event=lambda e: _apply_event(ctx, e),
+                                   memory_limit_gb=ctx.config.worker_memory_gb)
     ctx.timings.setdefault("workers", []).append((name, time.perf_counter() - start, _stage_durations(outcome)))
+    log.info("worker %s: %.2f s, peak RSS %s MiB", name, time.perf_counter() - start, outcome.peak_rss_mb)
+    for task in tasks:
+        fs = ctx.status.formats.get(task.get("key"))
+        if task["kind"] == "format" and fs is not None and outcome.peak_rss_mb is not None:
+            fs.peak_rss_mb = max(fs.peak_rss_mb or 0.0, outcome.peak_rss_mb)
+    if outcome.returncode == _worker.EXIT_DISK_FULL:
+        raise WorkspaceFull(ctx.ws, f"the worker of {name} could not write its events: No space left on device")
     if outcome.reason:
         log.warning("worker %s: %s", name, outcome.reason)
+        if _says_disk_full(outcome.log_tail):
+            raise WorkspaceFull(ctx.ws, f"the worker of {name} stopped: {outcome.reason}")
         _finish_crashed(ctx, tasks, outcome)
+    _check_disk_full(ctx, tasks)
+
+
+# --------------------------------------------------------------------------- a full disk
+DISK_FULL_ERRNOS = (28, 122)                                   # ENOSPC, EDQUOT
+_DISK_FULL_TEXT = ("No space left on device", "Disk quota exceeded", "[Errno 28]", "[Errno 122]")
+
+
+class WorkspaceFull(UserInputError):
+    """The workspace's filesystem is full. Exit 2, as for an unwritable --workdir: the
+    environment must change before any step can succeed. Not exit 1, which is a
+    verdict on the model (a target failed) that --allow-failures turns into 0 and CI
+    gates read as a regression; not exit 3, which is a Navigator bug."""
+
+    def __init__(self, ws: Workspace, detail: str):
+        super().__init__(f"no space left on the filesystem of the workspace {ws.root} ({detail}); status.yaml "
+                         "keeps the last state it could write",
+                         hint="free space or pass another --workdir, then run again: finished steps are reused")
+
+
+def _says_disk_full(text: str | None) -> bool:
+    return bool(text) and any(t in text for t in _DISK_FULL_TEXT)
+
+
+def _check_disk_full(ctx: RunContext, tasks: list[dict]) -> None:
+    """A step that failed because the disk is full stops the run: every later step
+    would fail the same way, each with its own line."""
+    for task in tasks:
+        fs = ctx.status.formats.get(task.get("key"))
+        if fs is None:
+            continue
+        steps = [("convert", fs.convert)] + [(f"{stage} on {rk}", getattr(rs, stage)) for rk, rs in
+                                              fs.runners.items() for stage in ("verify", "profile")]
+        for what, step in steps:
+            if step.status == "failed" and _says_disk_full(step.reason):
+                raise WorkspaceFull(ctx.ws, f"{task['key']} {what}: {step.reason.split(' | ')[0][:200]}")
 
 
 def _stage_durations(outcome) -> dict:
@@ -612,6 +658,8 @@ def _run_item(ctx: RunContext, item, *, convert: bool = True, verify: bool = Tru
                       and len(list(ctx.ws.reference_dir.glob("*.npz"))) == st.samples.count)
     task = _reuse(ctx, item, task)
     if task is None:   # every step of this format is unchanged since the last run
+        old = ctx.resume_from.formats.get(item.key) if ctx.resume_from else None
+        fs.peak_rss_mb = old.peak_rss_mb if old else None
         _explain_skips(fs, ctx.config)
         ctx.save()
         return
@@ -660,8 +708,10 @@ def _step_hash(*parts) -> str:
 
 def resumable(ws: Workspace, source, meta: dict, config: NavigatorConfig) -> Status | None:
     """The earlier record of this workspace when a re-run may reuse its steps: not
-    --force, and the same model bytes, samples, signature and shape profiles. Sources
-    without a file hash (live objects, factories, directories) always start afresh."""
+    --force, and the same model digest (``Source.sha256``: a file's bytes; a SavedModel
+    directory's whole tree; a ``file.py:factory``'s file, its sibling .py files and its
+    reference outputs), samples, signature and shape profiles. Live objects (an
+    nn.Module passed to the API) have no digest and always start afresh."""
     if config.force or not ws.status_path.is_file():
         return None
     try:
@@ -747,13 +797,11 @@ def _convert_in_process(ctx: RunContext, item, task: dict) -> None:
 
 
 def _run_job_in_process(ctx: RunContext, name: str, tasks: list[dict]) -> None:
-    """A job run by this process (a live source): the same code and events as a worker,
-    without its isolation or timeout. CUDA runners are skipped: this process never
+    """A job run by this process (a live source, a converter of the user's __main__):
+    the same code and events as a worker, without its process isolation or memory
+    limit; the per-stage timeout is enforced as far as a thread allows
+    (:func:`_run_in_thread`). CUDA runners are skipped: this process never
     initialises CUDA."""
-    import json
-
-    from navigator import _worker
-
     events = ctx.ws.jobs_dir / f"{name}.events.jsonl"
     events.parent.mkdir(parents=True, exist_ok=True)
     events.write_text("")
@@ -772,11 +820,113 @@ def _run_job_in_process(ctx: RunContext, name: str, tasks: list[dict]) -> None:
         kept.append(task)
     job = {"workspace": str(ctx.ws.root), "events": str(events), "tasks": kept}
     start = time.perf_counter()
-    _worker.run_job(job)
-    for line in events.read_text().splitlines():
-        if line.strip():
-            _apply_event(ctx, json.loads(line))
-    ctx.timings.setdefault("workers", []).append((f"{name} (in process)", time.perf_counter() - start, {}))
+    outcome = _run_in_thread(ctx, name, job)
+    ctx.timings.setdefault("workers", []).append((f"{name} (in process)", time.perf_counter() - start,
+                                                   _stage_durations(outcome)))
+    if outcome.reason:
+        log.warning("in-process job %s: %s", name, outcome.reason)
+        _finish_crashed(ctx, kept, outcome)
+    _check_disk_full(ctx, kept)
+
+
+class StageTimeout(BaseException):
+    """Raised inside the thread of an in-process job whose stage ran past --timeout.
+    A BaseException, so the stage's own ``except Exception`` does not turn it into an
+    ordinary failure and the job stops where it is, as a killed worker would."""
+
+
+IN_PROCESS_GRACE_S = 5.0   # how long a timed-out in-process stage gets to unwind before it is abandoned
+
+
+def _async_raise(thread, exc_type) -> None:
+    """Raise ``exc_type`` in ``thread`` at its next Python bytecode (CPython)."""
+    import ctypes
+
+    if thread.ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type))
+
+
+def _run_in_thread(ctx: RunContext, name: str, job: dict):
+    """Run an in-process job in a thread of its own and watch it as isolation.run_worker
+    watches a worker: events are applied as they come, and a stage running past
+    --timeout gets :class:`StageTimeout` raised in its thread. Python code stops at its
+    next bytecode; a thread stuck in native code (a C++ export, a kernel, a blocking
+    call) cannot be stopped from outside: after IN_PROCESS_GRACE_S it is abandoned
+    (a daemon thread, its CPU and memory held until the process exits) and the run
+    goes on. Returns an isolation.WorkerOutcome."""
+    import json
+    import threading
+
+    from navigator import _worker
+    from navigator.isolation import POLL_S, WorkerOutcome
+
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            box["code"] = _worker.run_job(job)
+        except BaseException as e:   # noqa: B902 - handed to the watching thread
+            box["error"] = e
+
+    thread = threading.Thread(target=target, name=f"navigator-job-{name}", daemon=True)
+    outcome = WorkerOutcome(returncode=None)
+    events_path = Path(job["events"])
+    offset, buffer = 0, ""
+    open_stage, stage_start = None, time.monotonic()
+    timed_out: tuple[float, dict] | None = None
+    abandoned = False
+    limit = ctx.config.timeout
+    start = time.monotonic()
+    thread.start()
+    try:
+        while True:
+            alive = thread.is_alive()
+            with open(events_path, encoding="utf-8") as f:
+                f.seek(offset)
+                chunk = f.read()
+                offset = f.tell()
+            buffer += chunk
+            *lines, buffer = buffer.split("\n")
+            for line in lines:
+                if line.strip():
+                    event = json.loads(line)
+                    outcome.events.append(event)
+                    open_stage, stage_start = (event, time.monotonic()) if event["event"] == "start" else \
+                        (None, stage_start)
+                    _apply_event(ctx, event)
+            if not alive:
+                break
+            now = time.monotonic()
+            if timed_out is None and open_stage is not None and limit and now - stage_start > limit:
+                timed_out = (now, open_stage)
+                log.warning("in-process stage %s of %s ran past --timeout %g s: stopping its thread",
+                            open_stage["stage"], open_stage["key"], limit)
+                _async_raise(thread, StageTimeout)
+            elif timed_out is not None and now - timed_out[0] > IN_PROCESS_GRACE_S:
+                abandoned = True
+                break
+            thread.join(POLL_S)
+    except BaseException:   # Ctrl-C or an error here: stop the job's thread too, as far as it can be
+        _async_raise(thread, KeyboardInterrupt)
+        raise
+    outcome.open_stage = open_stage
+    outcome.wall_s = time.monotonic() - start
+    error = box.get("error")
+    if timed_out is not None:
+        stage = timed_out[1]["stage"]
+        outcome.open_stage = open_stage or timed_out[1]
+        outcome.reason = f"timed out after {limit:g} s in {stage} (--timeout) in the calling process"
+        if abandoned:
+            outcome.reason += (f"; it did not stop within {IN_PROCESS_GRACE_S:g} s (native code cannot be "
+                               "interrupted), so its thread was abandoned and keeps running until the process "
+                               "exits")
+            log.error("in-process job %s: %s", name, outcome.reason)
+        else:
+            outcome.reason += "; its thread was stopped"
+        return outcome
+    if error is not None:
+        raise error
+    return outcome
 
 
 def _cannot_convert_here(ctx: RunContext, converter) -> str | None:
@@ -818,6 +968,8 @@ def _export_source(ctx: RunContext, item, fs: FormatStatus) -> None:
         fs.convert = ConvertStep(status="failed", reason=f"{type(e).__name__}: {e}",
                                  duration_s=round(time.perf_counter() - start, 4))
     ctx.reporter.step_end(item.key, "export", None, fs.convert.to_dict())
+    if fs.convert.status == "failed" and _says_disk_full(fs.convert.reason):
+        raise WorkspaceFull(ctx.ws, f"{item.key} export: {fs.convert.reason[:200]}")
     ctx.save()
 
 
@@ -876,6 +1028,15 @@ def outcome_code(st: Status, requested: list[str]) -> tuple[int, list[str]]:
 
 
 # --------------------------------------------------------------------------- the run
+def _save_if_possible(ctx: RunContext) -> None:
+    """Save the final state; on a full disk the last saved status.yaml stays (the
+    writes are atomic: it is never half-written)."""
+    try:
+        ctx.save()
+    except OSError as e:
+        log.error("status.yaml could not be saved (%s); it keeps the state of its last save", e)
+
+
 @dataclass
 class RunOutcome:
     workspace: Workspace
@@ -886,9 +1047,20 @@ class RunOutcome:
     timings: dict
 
 
+class _LogFileHandler(logging.FileHandler):
+    """navigator.log: a record that cannot be written (OSError: a full disk) is
+    dropped silently, where logging's default prints a traceback on the console;
+    other errors (a bad format string) are reported as usual."""
+
+    def handleError(self, record) -> None:
+        if isinstance(sys.exc_info()[1], OSError):
+            return
+        super().handleError(record)
+
+
 def _install_log_handler(ws: Workspace) -> logging.Handler:
     ws.root.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(ws.log_path, mode="a", encoding="utf-8")
+    handler = _LogFileHandler(ws.log_path, mode="a", encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.setLevel(logging.DEBUG)
     logger = logging.getLogger("navigator")
@@ -960,13 +1132,24 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
         except KeyboardInterrupt:
             if ctx is not None:
                 ctx.status.state = "interrupted"
-                ctx.save()
+                _save_if_possible(ctx)
             raise Interrupted("interrupted; the workspace records state: interrupted") from None
         except NavigatorError:
             if ctx is not None and ctx.status.state == "running":
                 ctx.status.state = "interrupted"   # never leave `running` behind
-                ctx.save()
+                _save_if_possible(ctx)
             raise
+        except OSError as e:
+            if e.errno not in DISK_FULL_ERRNOS:
+                log.exception("internal error")
+                e.navigator_log = str(ws.log_path)
+                raise
+            log.error("the disk is full: %s", e)
+            if ctx is not None and ctx.status.state == "running":
+                ctx.status.state = "interrupted"
+                _save_if_possible(ctx)
+            where = f" writing {e.filename}" if e.filename else ""
+            raise WorkspaceFull(ws, f"{e.strerror or e}{where}") from None
         except Exception as e:
             log.exception("internal error")
             e.navigator_log = str(ws.log_path)   # the CLI names it in its one line

@@ -29,6 +29,39 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def sha256_tree(root: Path) -> str:
+    """One digest of a directory tree (a SavedModel): every file's path relative to
+    ``root``, size and content sha256, in sorted order, read in 1 MiB blocks. Symlinked
+    files count by their content; symlinked folders are not entered (os.walk)."""
+    h = hashlib.sha256(b"navigator-tree-v1\n")
+    for folder, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(files):
+            path = Path(folder) / name
+            rel = path.relative_to(root).as_posix()
+            h.update(f"{rel}\0{path.stat().st_size}\0{sha256_file(path)}\n".encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+def sha256_factory(spec: str, reference_digest: str | None) -> str:
+    """The digest a ``file.py:factory`` source resumes by: the factory's name, its
+    file, every other ``*.py`` file of the same folder (where its model classes
+    usually live: a change there is a change of the model) and the digest of the
+    reference outputs it computed on the samples (weights it loads from elsewhere,
+    a package's code: whatever changes the numbers changes the digest). Code
+    outside that folder that does not change the outputs on the samples goes
+    unseen: --force redoes everything."""
+    file, _, attr = spec.rpartition(":")
+    path = Path(file).resolve()
+    h = hashlib.sha256(b"navigator-factory-v1\n")
+    h.update(f"{attr}\0{sha256_file(path)}\n".encode())
+    for sibling in sorted(path.parent.glob("*.py")):
+        if sibling != path and sibling.is_file():
+            h.update(f"{sibling.name}\0{sha256_file(sibling)}\n".encode("utf-8", "surrogateescape"))
+    h.update(f"reference\0{reference_digest}\n".encode())
+    return h.hexdigest()
+
+
 @dataclass
 class Source:
     format: str                    # source format: onnx, torch, savedmodel, ...
@@ -40,8 +73,16 @@ class Source:
     index_bounds: dict = field(default_factory=dict)
     isolated: bool = True          # False when exported in the calling process
     reference_runner: dict | None = None   # runner spec + options computing the reference
+    digest: str | None = field(default=None, repr=False, compare=False)   # sha256(), computed once
 
     def sha256(self) -> str | None:
+        """What resuming compares (status.yaml's model.sha256): the bytes of the
+        model; None for a source that has none (a live object): it starts afresh."""
+        if self.digest is None:
+            self.digest = self._digest()
+        return self.digest
+
+    def _digest(self) -> str | None:
         return sha256_file(self.path) if self.path and self.path.is_file() else None
 
     def export(self, ws, out_path: Path) -> dict:
@@ -93,6 +134,14 @@ class TorchSource(Source):
     io: Any = None
     default_targets: tuple | None = None
     generated_float: list = field(default_factory=list)   # inputs generated as float32 by default
+    reference_digest: str | None = None   # of the reference outputs complete() computed
+
+    def _digest(self) -> str | None:
+        if self.file_kind and self.factory:          # a .pt / .pt2 file
+            return sha256_file(Path(self.factory))
+        if self.factory and self.reference_digest:   # file.py:factory, once the reference is known
+            return sha256_factory(self.factory, self.reference_digest)
+        return None                                  # a live module: no resume
 
     def resolve(self, samples: Any, config, batch_dim_option: int | None, no_batching: bool):
         """(input signature, user batches as {name: ndarray} or None, batch dim)."""
@@ -192,6 +241,10 @@ class TorchSource(Source):
                         "name:int64 for index inputs")
             raise UserInputError(f"the model failed on the samples in eager mode ({type(e).__name__}: "
                                  f"{' '.join(str(e).split())[:300]})", hint=hint) from None
+        from navigator.samples import samples_sha256
+
+        self.reference_digest = samples_sha256(reference)
+        self.digest = None
         probe = None
         if batch_dim is not None:   # one more run at another batch size shows which output dims follow it
             size = next(iter(batches[0].values())).shape[batch_dim]
@@ -317,9 +370,11 @@ class SavedModelSource(Source):
     exported: dict = field(default_factory=dict)     # exporter + name map of a live object
     tmpdir: Any = None                                # keeps the export of a live object alive
 
-    def sha256(self) -> str | None:
+    def _digest(self) -> str | None:
+        """The whole directory (saved_model.pb, variables/, assets/): retrained
+        weights under the same graph are a different model."""
         if self.path and (self.path / "saved_model.pb").is_file():
-            return sha256_file(self.path / "saved_model.pb")
+            return sha256_tree(self.path)
         return None
 
     def resolve(self, samples: Any, config, batch_dim_option: int | None, no_batching: bool):

@@ -122,6 +122,7 @@ class FormatStatus(Record):
     io_names: dict[str, str] = field(default_factory=dict)
     convert: ConvertStep = field(default_factory=ConvertStep)
     runners: dict[str, RunnerStatus] = field(default_factory=dict)
+    peak_rss_mb: float | None = None   # peak resident set (VmHWM, MiB) of the worker(s) that ran its steps
 
     _nested: ClassVar = {"convert": (ConvertStep, "one"), "runners": (RunnerStatus, "dict")}
 

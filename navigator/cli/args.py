@@ -86,11 +86,14 @@ class VerifyArgs(ArgGroup):
 
 class ProfileArgs(ArgGroup):
     title = "profiling and limits"
-    dests = ("timeout", "profile_budget_s", "no_profile", "runners", "profile_batch_sizes")
+    dests = ("timeout", "profile_budget_s", "no_profile", "runners", "profile_batch_sizes", "worker_memory_gb")
 
     def add_to(self, parser):
         g = parser.add_argument_group(self.title)
         g.add_argument("--timeout", type=float, metavar="S", help="limit per stage and format (default 600 s)")
+        g.add_argument("--worker-memory-gb", type=float, metavar="GIB",
+                       help="kill a worker whose resident memory exceeds this; its stage fails (default: 75%% "
+                            "of the machine's memory; 0: no limit)")
         g.add_argument("--profile-budget-s", type=float, metavar="S", help="profiling time per format (default 20)")
         g.add_argument("--no-profile", action="store_true", help="verify only; best by preference order")
         g.add_argument("--profile-batch-sizes", metavar="B,…",

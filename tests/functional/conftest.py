@@ -1,7 +1,26 @@
-"""Functional tests write only into their tmp_path: checked after every test."""
+"""Functional tests write only into their tmp_path: checked after every test.
+
+Two checks, both cheap (a `git status` and a few dozen `listdir` calls per test):
+
+* the repository: files git does not ignore and does not track yet;
+* the places a stray write would land elsewhere: the current directory (also what
+  git ignores there, e.g. a default ``navigator_workdir/``) and the user's home
+  with its cache/config folders, two levels deep: a new file or folder there fails
+  the test, except in the caches Navigator declares (``$NAVIGATOR_CACHE`` or
+  ``~/.cache/navigator``: the serve venv) and those that frameworks create on
+  their own import (``_FRAMEWORK_CACHES``).
+
+Not covered: writes deeper than two levels into folders that already exist
+(e.g. a new file in ``~/.cache/pip/http/…``), changes to existing files, and
+anything outside home and the current directory. Catching those would take a
+file-system watcher (fanotify needs root) or a full tree walk per test. Other
+processes writing into home at the same time (a second test run) can make the
+check fail spuriously; CI runs one suite at a time.
+"""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -9,6 +28,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 _IGNORED = (".venv", "__pycache__", ".pytest_cache", ".hypothesis", ".egg-info", "build", "dist", ".whl")
+# Created by the frameworks themselves when imported or first used, not by Navigator.
+_FRAMEWORK_CACHES = (".keras", ".cache/matplotlib", ".config/matplotlib", ".cache/torch", ".cache/pip",
+                     ".nv", ".triton", ".cache/huggingface", ".cache/tensorflow", ".python_history")
+_CWD_IGNORED = (".pytest_cache", "__pycache__", ".hypothesis", ".coverage")
 
 
 def _repo_files() -> set[str]:
@@ -20,9 +43,54 @@ def _repo_files() -> set[str]:
     return {line[3:] for line in out.stdout.splitlines() if not any(part in line for part in _IGNORED)}
 
 
+def _declared_caches(home: Path) -> list[Path]:
+    caches = [home / ".cache" / "navigator"] + [home / c for c in _FRAMEWORK_CACHES]
+    if os.environ.get("NAVIGATOR_CACHE"):
+        caches.append(Path(os.environ["NAVIGATOR_CACHE"]))
+    return caches
+
+
+def _entries(folder: Path, depth: int) -> set[str]:
+    """Paths under ``folder``, ``depth`` levels deep (symlinks not followed)."""
+    found: set[str] = set()
+    todo = [(folder, 0)]
+    while todo:
+        current, level = todo.pop()
+        try:
+            with os.scandir(current) as it:
+                for entry in it:
+                    found.add(entry.path)
+                    if level + 1 < depth and entry.is_dir(follow_symlinks=False):
+                        todo.append((Path(entry.path), level + 1))
+        except OSError:
+            continue
+    return found
+
+
+def _outside_entries() -> set[str]:
+    home = Path.home()
+    paths: set[str] = set()
+    for folder in (home, home / ".cache", home / ".config", home / ".local" / "share"):
+        paths |= _entries(folder, 2)
+    cwd = Path.cwd()
+    if cwd != home:
+        paths |= {p for p in _entries(cwd, 1) if Path(p).name not in _CWD_IGNORED}
+    return paths
+
+
+def _stray(before: set[str], after: set[str], tmp_path: Path) -> list[str]:
+    home = Path.home()
+    allowed = [str(p) for p in _declared_caches(home)] + [str(tmp_path)]
+    return sorted(p for p in after - before
+                  if not any(p == a or p.startswith(a + os.sep) for a in allowed))
+
+
 @pytest.fixture(autouse=True)
-def nothing_written_outside_tmp():
+def nothing_written_outside_tmp(tmp_path):
     before = _repo_files()
+    outside = _outside_entries()
     yield
     added = _repo_files() - before
     assert not added, f"the test wrote into the repository: {sorted(added)[:5]}"
+    stray = _stray(outside, _outside_entries(), tmp_path)
+    assert not stray, f"the test wrote outside its tmp_path (home or the current directory): {stray[:5]}"

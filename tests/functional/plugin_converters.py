@@ -39,6 +39,24 @@ class Hang(_Onnx):
             time.sleep(0.05)
 
 
+class Balloon(_Onnx):
+    """Allocates and touches memory without bound (64 MiB per step, every page
+    written): the worker memory limit must kill it. Beside the memory it writes a
+    line per GiB to its log, so a test can read how far it got."""
+
+    name = "test_balloon"
+    target = "onnx-balloon"
+
+    def convert(self, ctx):
+        import numpy as np
+
+        hold = []
+        while True:
+            hold.append(np.ones(8 << 20))          # 64 MiB of float64, touched
+            if len(hold) % 16 == 0:
+                print(f"balloon: {len(hold) * 64} MiB", flush=True)
+
+
 class Raises(_Onnx):
     """Raises a Python exception."""
 

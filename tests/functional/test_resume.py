@@ -108,3 +108,76 @@ def test_sigkill_then_resume(tmp_path, onnx_model):
     st = yaml.safe_load((ws / "status.yaml").read_text())
     assert st["state"] == "complete"
     assert st["formats"]["onnx-slow"]["runners"]["onnxruntime-cpu"]["verify"]["status"] == "ok"
+
+
+FACTORY = """
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from layers import width   # a sibling module: part of the model's code
+
+
+def build():
+    torch.manual_seed(int(Path(__file__).with_name("seed.txt").read_text()))
+    return nn.Sequential(nn.Linear(4, width()), nn.ReLU())
+"""
+
+
+def test_factory_source_resumes(tmp_path):
+    """``file.py:factory`` resumes by its file, its sibling .py files and its reference
+    outputs: unchanged -> nothing redone; a sibling edited or weights that change the
+    outputs (here a seed read from a data file) -> started afresh."""
+    pytest.importorskip("torch")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "factory.py").write_text(FACTORY)
+    (src / "layers.py").write_text("def width():\n    return 3\n")
+    (src / "seed.txt").write_text("0")
+    spec = f"{src / 'factory.py'}:build"
+    opts = dict(workdir=tmp_path / "wd", shapes="input:2x4", targets=["torch"], runners=["torch"],
+                no_profile=True, device="cpu")
+    first = navigator.convert(spec, **opts)
+    assert first.ok and first.timings["process_starts"] >= 1 and first.status.model.sha256
+    again = navigator.convert(spec, **opts)
+    assert again.ok and again.timings["process_starts"] == 0
+    assert again.status.model.sha256 == first.status.model.sha256
+    (src / "layers.py").write_text("def width():\n    return 3  # same numbers, edited code\n")
+    edited = navigator.convert(spec, **opts)
+    assert edited.timings["process_starts"] == first.timings["process_starts"]
+    assert edited.status.model.sha256 != first.status.model.sha256
+    (src / "seed.txt").write_text("1")    # other weights, same code
+    reseeded = navigator.convert(spec, **opts)
+    assert reseeded.ok and reseeded.timings["process_starts"] == first.timings["process_starts"]
+    assert reseeded.status.model.sha256 != edited.status.model.sha256
+
+
+def test_saved_model_directory_resumes(tmp_path):
+    """A SavedModel directory resumes by its whole tree (paths, sizes, contents):
+    unchanged -> nothing redone; new weights under the same graph -> redone."""
+    pytest.importorskip("tensorflow")
+    import tensorflow as tf
+
+    def save(seed):
+        class Affine(tf.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = tf.Variable(tf.random.stateless_normal([4, 2], seed=[seed, 0]))
+
+            @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+            def __call__(self, x):
+                return {"y": tf.matmul(x, self.w)}
+
+        tf.saved_model.save(Affine(), str(tmp_path / "affine" / "1"))
+
+    save(0)
+    opts = dict(workdir=tmp_path / "wd", targets=["savedmodel"], no_profile=True, device="cpu")
+    first = navigator.convert(tmp_path / "affine" / "1", **opts)
+    assert first.ok and first.timings["process_starts"] == 1
+    again = navigator.convert(tmp_path / "affine" / "1", **opts)
+    assert again.ok and again.timings["process_starts"] == 0
+    save(1)
+    changed = navigator.convert(tmp_path / "affine" / "1", **opts)
+    assert changed.ok and changed.timings["process_starts"] == 1
+    assert changed.status.model.sha256 != first.status.model.sha256

@@ -102,6 +102,7 @@ def full_status() -> Status:
                         profile=ProfileStep(status="skipped", reason="verification failed"),
                     ),
                 },
+                peak_rss_mb=812.5,
             ),
         },
         best=Best(key="onnx", runner="onnxruntime-cpu", batch_size=8, throughput=5400.25, basis="profile"),
