@@ -21,6 +21,7 @@ SUBCOMMANDS = {
     "convert": "Convert a model to verified, profiled formats and record them in a workspace.",
     "status": "Print a workspace's status.yaml as a summary.",
     "triton": "Write a Triton model repository (config.pbtxt from the schema) from a workspace.",
+    "serve": "Start a local Triton server on a model repository (127.0.0.1) for a quick check.",
     "gate": "Check a workspace (or a model, converted first) against a release policy; JUnit for CI.",
     "debug": "Find the first node of a format's graph whose output leaves tolerance.",
     "check-engine": "Read a TensorRT plan's builder version and say whether it loads in a Triton release.",
