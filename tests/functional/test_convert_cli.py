@@ -11,7 +11,6 @@ import yaml
 
 from navigator import deps
 from navigator.workspace import npz
-from navigator.workspace.lock import WorkspaceLock
 
 from ..conftest import FAST, ROOT
 

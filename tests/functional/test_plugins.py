@@ -145,7 +145,6 @@ def test_converter_defined_in_the_users_script_runs_in_process(tmp_path, onnx_mo
     """A converter class of the script's own __main__ cannot be imported by a worker:
     it runs in the calling process (isolated: false) instead of failing."""
     import subprocess
-    import sys
 
     script = tmp_path / "convert_here.py"
     script.write_text(textwrap.dedent("""
