@@ -163,6 +163,68 @@ class Best(Record):
 
 
 @dataclass
+class ServingPoint(Record):
+    """One measurement of a served configuration (``navigator profile --triton``):
+    throughput in inferences/s, latencies in ms (avg, p50, p90, p95, p99)."""
+
+    concurrency: int
+    batch_size: int = 1
+    throughput: float = 0.0
+    latency_ms: dict[str, float] = field(default_factory=dict)
+    windows: int | None = None
+    stable: bool | None = None         # false: cut after 10 windows or by the budget
+
+
+@dataclass
+class ServingConfig(Record):
+    """One config.pbtxt variant the serving search measured."""
+
+    name: str
+    instances: int = 1
+    max_batch_size: int = 0
+    dynamic_batching: bool = False
+    max_queue_delay_us: int | None = None
+    preferred_batch_sizes: list[int] = field(default_factory=list)
+    status: str = "ok"                 # ok | failed (did not load / serve) | skipped (budget)
+    reason: str | None = None
+    meets_constraints: bool | None = None
+    best: ServingPoint | None = None   # its best measurement under the objective
+    results: list[ServingPoint] = field(default_factory=list)
+
+    _nested: ClassVar = {"best": (ServingPoint, "one"), "results": (ServingPoint, "list")}
+
+
+@dataclass
+class ServingStatus(Record):
+    """``serving:`` (optional): the last serving profile / configuration search."""
+
+    status: str = "skipped"            # ok: a configuration was chosen; failed: none met the constraints / error
+    reason: str | None = None
+    date: str = ""
+    duration_s: float | None = None
+    budget_s: float | None = None
+    machine: dict[str, Any] = field(default_factory=dict)   # cpu, cores, gpu, platform
+    model: str = ""                    # the Triton model name
+    key: str = ""                      # the workspace format served
+    backend: str = ""                  # backend / platform of its config.pbtxt
+    stand_in: bool = False             # served by a CPU stand-in of NVIDIA's backend (not representative)
+    tool: str = "navigator"            # perf_analyzer | navigator (our load generator)
+    search: str = "brute"              # brute | quick
+    objective: dict[str, Any] = field(default_factory=dict)  # kind, max_p99_ms, min_throughput
+    measurement_ms: int | None = None
+    concurrency: list[int] = field(default_factory=list)
+    batch_sizes: list[int] = field(default_factory=list)
+    configurations: list[ServingConfig] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)        # "name: reason" not measured (budget, sweep stop)
+    ranked: list[str] = field(default_factory=list)         # configuration names, best first
+    chosen: str | None = None
+    applied: str | None = None         # config.pbtxt that --apply wrote
+    files: dict[str, str] = field(default_factory=dict)     # what -> workspace-relative path
+
+    _nested: ClassVar = {"configurations": (ServingConfig, "list")}
+
+
+@dataclass
 class Status(Record):
     model: ModelInfo
     schema_version: int = SCHEMA_VERSION
@@ -178,6 +240,7 @@ class Status(Record):
     config: dict[str, Any] = field(default_factory=dict)
     formats: dict[str, FormatStatus] = field(default_factory=dict)
     best: Best | None = None
+    serving: ServingStatus | None = None   # optional: written by `navigator profile --triton`
 
     _nested: ClassVar = {
         "model": (ModelInfo, "one"),
@@ -185,16 +248,18 @@ class Status(Record):
         "samples": (SamplesInfo, "one"),
         "formats": (FormatStatus, "dict"),
         "best": (Best, "one"),
+        "serving": (ServingStatus, "one"),
     }
 
     # Order of keys in the file, as ARCHITECTURE.md shows it.
     _ORDER: ClassVar = ("schema_version", "navigator_version", "created", "updated", "state", "environment",
                         "model", "signature", "batch_dim", "shape_profiles", "samples", "config", "formats",
-                        "best")
+                        "best", "serving")
+    _OPTIONAL: ClassVar = ("serving",)   # left out of the file while None (older files stay as they were)
 
     def to_dict(self) -> dict:
         data = super().to_dict()
-        return {k: data[k] for k in self._ORDER}
+        return {k: data[k] for k in self._ORDER if not (k in self._OPTIONAL and data[k] is None)}
 
 
 def migrate(data: dict, *, source: str = "status.yaml") -> dict:

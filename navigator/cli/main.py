@@ -25,6 +25,8 @@ SUBCOMMANDS = {
     "gate": "Check a workspace (or a model, converted first) against a release policy; JUnit for CI.",
     "debug": "Find the first node of a format's graph whose output leaves tolerance.",
     "check-engine": "Read a TensorRT plan's builder version and say whether it loads in a Triton release.",
+    "profile": "Measure the model served by a real Triton server and search its configuration (--triton).",
+    "report": "Write the workspace report (summary.md, --html) from status.yaml and the serving profile.",
 }
 
 

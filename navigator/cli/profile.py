@@ -1,0 +1,110 @@
+"""navigator profile WS --triton: measure the model served by a real Triton server and
+search its configuration (instance count x max batch size x dynamic-batching delay),
+as Model Analyzer does.
+
+The format (--format, default the workspace's best) is emitted into a private
+scratch repository (WS/serving/repo/) and served by a local tritonserver in explicit
+model-control mode; every configuration is a config.pbtxt variant loaded through the
+repository API and measured over a concurrency sweep with Perf Analyzer's windows
+(stable when the last 3 agree within 10%, at most 10). The real perf_analyzer runs
+when it is there (--perf-analyzer auto), else navigator's own load generator.
+--search brute sweeps (stopping when throughput gains < 5%), quick hill-climbs; both
+stop at --budget-s and record what they skipped. Results: WS/serving/ (ranked.csv,
+results.csv/json, chosen.config.pbtxt, PNG plots, model_analyzer.yaml,
+perf_analyzer.sh, perf_input.json), status.yaml `serving:`, WS/report/summary.md.
+--apply [REPO] writes the chosen instance_group/max_batch_size/dynamic_batching into
+REPO's config.pbtxt (default WS/triton/). Exit 1 when no configuration meets the
+constraints.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _ints(text: str, flag: str, allow_none: bool = False) -> tuple:
+    from navigator.errors import UserInputError
+
+    out = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if allow_none and part.lower() == "none":
+            out.append(None)
+            continue
+        try:
+            out.append(int(part))
+        except ValueError:
+            raise UserInputError(f"{flag} {text!r}: expected integers separated by commas"
+                                 + (" (or 'none')" if allow_none else "")) from None
+    if not out:
+        raise UserInputError(f"{flag}: empty list")
+    return tuple(out)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__.strip()
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("workspace", metavar="WS", help="workspace, or workdir holding one")
+    parser.add_argument("--triton", action="store_true",
+                        help="profile through a real Triton server (required: in-process profiles run in convert)")
+    parser.add_argument("--format", metavar="KEY", help="the workspace format to serve (default: the best)")
+    m = parser.add_argument_group("measurement")
+    m.add_argument("--concurrency", default="1:16", metavar="START:END|N,…",
+                   help="concurrency sweep; START:END doubles (default 1:16 = 1,2,4,8,16), START:END:STEP is linear")
+    m.add_argument("--batch-sizes", default="1", metavar="B,…", help="request batch sizes (default 1)")
+    m.add_argument("--measurement-ms", type=int, default=2000, metavar="MS",
+                   help="measurement window (default 2000; Perf Analyzer's is 5000)")
+    m.add_argument("--budget-s", type=float, default=300.0, metavar="S",
+                   help="time budget of the whole run, server start included (default 300)")
+    m.add_argument("--perf-analyzer", choices=["auto", "on", "off"], default="auto",
+                   help="the real perf_analyzer when present (auto), required (on), or navigator's load generator "
+                        "(off)")
+    s = parser.add_argument_group("serving")
+    s.add_argument("--cpu-backends", action="store_true",
+                   help="serve onnxruntime/openvino configs through CPU stand-ins of NVIDIA's backends (recorded as "
+                        "stand_in: true)")
+    s.add_argument("--python-backend", action="store_true", help="serve the format through a generated model.py")
+    s.add_argument("--tritonserver", metavar="BINARY", help="another tritonserver binary (with its own backends)")
+    c = parser.add_argument_group("configuration search")
+    c.add_argument("--search", choices=["brute", "quick"], default="brute",
+                   help="brute: sweep (stops when throughput gains < 5%%); quick: hill-climbing")
+    c.add_argument("--objective", choices=["throughput", "p99_latency"], default="throughput")
+    c.add_argument("--max-p99-ms", type=float, metavar="MS", help="constraint: p99 latency at most MS")
+    c.add_argument("--min-throughput", type=float, metavar="N", help="constraint: at least N inferences/s")
+    c.add_argument("--instance-counts", metavar="N,…", help="instance counts (default 1 … min(4, cores))")
+    c.add_argument("--max-batch-sizes", metavar="B,…",
+                   help="max batch sizes (default powers of 2 up to the emitted config's)")
+    c.add_argument("--queue-delays-us", metavar="US,…",
+                   help="dynamic batcher max_queue_delay_microseconds values; 'none' = no dynamic batching "
+                        "(default 0)")
+    c.add_argument("--apply", nargs="?", const="", default=None, metavar="REPO",
+                   help="write the chosen settings into REPO's config.pbtxt (default WS/triton/), atomically")
+
+
+def options_from_args(args: argparse.Namespace):
+    from navigator.serving.profile import ServingOptions
+
+    return ServingOptions(
+        format=args.format, concurrency=args.concurrency, batch_sizes=_ints(args.batch_sizes, "--batch-sizes"),
+        measurement_ms=args.measurement_ms, budget_s=args.budget_s, cpu_backends=args.cpu_backends,
+        python_backend=args.python_backend, perf_analyzer=args.perf_analyzer, search=args.search,
+        objective=args.objective, max_p99_ms=args.max_p99_ms, min_throughput=args.min_throughput,
+        instance_counts=_ints(args.instance_counts, "--instance-counts") if args.instance_counts else None,
+        max_batch_sizes=_ints(args.max_batch_sizes, "--max-batch-sizes") if args.max_batch_sizes else None,
+        queue_delays_us=(_ints(args.queue_delays_us, "--queue-delays-us", allow_none=True)
+                         if args.queue_delays_us else None),
+        apply=args.apply, tritonserver=args.tritonserver)
+
+
+def run(args: argparse.Namespace) -> int:
+    from navigator.console import Reporter
+    from navigator.errors import UserInputError
+    from navigator.serving import profile
+
+    if not args.triton:
+        raise UserInputError("navigator profile measures through Triton only: pass --triton",
+                             hint="the in-process profile runs during `navigator convert` (--profile-budget-s)")
+    opts = options_from_args(args)
+    return profile.run(args.workspace, opts, Reporter("quiet" if getattr(args, "quiet", False) else "auto"))

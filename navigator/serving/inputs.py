@@ -1,0 +1,109 @@
+"""Request data from the workspace's stored samples, for both tools.
+
+The samples (``samples/inputs/*.npz``, our tensor names, batched along dim 0 when the
+model batches) are cut into rows; each row becomes one entry of Perf Analyzer's
+``--input-data`` JSON (``{"data": [{INPUT: {"content": [...], "shape": [...]}}]}``,
+the shape without the batch dim) and one request of our load generator. Triton names
+come from the config: its inputs are in the signature's order (the emitter writes
+them so), matched by position and checked by dtype. Only rows whose shapes equal
+the first row's are used, so one ``--shape NAME:dims`` per dynamic input holds for
+every entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from navigator.errors import UserInputError
+
+MAX_ROWS = 64          # entries in perf_input.json: enough variety, a small file
+
+
+@dataclass
+class RequestData:
+    batching: bool                                       # the model batches (max_batch_size > 0)
+    names: list[str]                                     # Triton input names, config order
+    dtypes: dict[str, str]                               # Triton name -> numpy dtype
+    dims: dict[str, list[int]]                           # Triton name -> config dims (-1 dynamic)
+    rows: list[dict] = field(default_factory=list)       # Triton name -> ndarray (one row, no batch dim)
+    outputs: list[str] = field(default_factory=list)
+
+    def shape(self, name: str) -> list[int]:
+        return list(self.rows[0][name].shape)
+
+    def dynamic(self) -> list[str]:
+        return [n for n in self.names if any(d < 0 for d in self.dims[n])]
+
+    def batch(self, index: int, batch_size: int) -> dict:
+        """Request ``index``: ``batch_size`` rows stacked (the whole tensor without batching)."""
+        import numpy as np
+
+        if not self.batching:
+            return self.rows[index % len(self.rows)]
+        picks = [self.rows[(index + k) % len(self.rows)] for k in range(batch_size)]
+        return {n: np.stack([p[n] for p in picks]) for n in self.names}
+
+    def perf_analyzer_json(self) -> dict:
+        data = []
+        for row in self.rows:
+            entry = {}
+            for n in self.names:
+                arr = row[n]
+                values = arr.reshape(-1).tolist()
+                if arr.dtype == bool:
+                    values = [bool(v) for v in values]
+                entry[n] = {"content": values, "shape": list(arr.shape)}
+            data.append(entry)
+        return {"data": data}
+
+    def shape_flags(self) -> list[str]:
+        """``--shape NAME:d1,d2`` for each input with a dynamic dim (batch dim excluded)."""
+        return [f"{n}:{','.join(str(d) for d in self.shape(n))}" for n in self.dynamic()]
+
+
+def from_workspace(ws, st, cfg) -> RequestData:
+    """Rows of the stored samples under the Triton names of ``cfg`` (a ModelConfig)."""
+    import numpy as np
+
+    from navigator.triton import config as cfg_mod
+    from navigator.workspace import npz
+
+    batching = cfg.max_batch_size > 0
+    names = [io.name for io in cfg.input]
+    dtypes = {io.name: cfg_mod.numpy_dtype(_type_name(io.data_type)) for io in cfg.input}
+    dims = {io.name: list(io.dims) for io in cfg.input}
+    ours = st.signature.input_names
+    if len(ours) != len(names):
+        raise UserInputError(f"{cfg.name}: {len(names)} inputs in config.pbtxt, {len(ours)} in the workspace signature")
+    files = sorted(Path(ws.inputs_dir).glob("*.npz"))
+    if not files:
+        raise UserInputError(f"{ws.inputs_dir}: no stored samples to build requests from")
+    rows: list[dict] = []
+    for path in files:
+        sample = npz.load(path)
+        missing = [n for n in ours if n not in sample]
+        if missing:
+            raise UserInputError(f"{path}: no tensor {missing[0]!r}")
+        arrays = {t: np.asarray(sample[o]) for o, t in zip(ours, names)}
+        for t, arr in arrays.items():
+            if arr.dtype.kind in "OUS":
+                raise UserInputError(f"input {t!r} holds strings; serving profiles take numeric inputs only")
+            arrays[t] = arr.astype(dtypes[t], copy=False)
+        if batching:
+            n = min(a.shape[0] for a in arrays.values())
+            rows.extend({t: np.ascontiguousarray(a[i]) for t, a in arrays.items()} for i in range(n))
+        else:
+            rows.append({t: np.ascontiguousarray(a) for t, a in arrays.items()})
+        if len(rows) >= MAX_ROWS:
+            break
+    first = {t: a.shape for t, a in rows[0].items()}
+    rows = [r for r in rows if {t: a.shape for t, a in r.items()} == first][:MAX_ROWS]
+    return RequestData(batching=batching, names=names, dtypes=dtypes, dims=dims, rows=rows,
+                       outputs=[io.name for io in cfg.output])
+
+
+def _type_name(value: int) -> str:
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    return mc.DataType.Name(value)

@@ -1,0 +1,168 @@
+"""Measurement windows and Perf Analyzer's stability rule, and the one result record
+that both tools (the real ``perf_analyzer`` and our load generator) write.
+
+The rule (FACTS.md, "Perf Analyzer / Model Analyzer measurement method"): windows
+of ``measurement_ms`` each; a measurement is stable when, over the last 3 windows,
+max/min <= 1.10 for throughput and for the average latency; it gives up after 10
+windows and is then recorded with ``stable: false``. The reported figures pool the
+requests of those last 3 windows (as Perf Analyzer reports the stable windows).
+
+Pure Python: no numpy, no tritonclient.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+STABILITY = 1.10        # max/min over the last windows, for throughput and average latency
+LAST = 3                # windows compared
+MAX_WINDOWS = 10        # give up after this many
+PERCENTILES = (50, 90, 95, 99)
+
+
+@dataclass
+class Window:
+    """Requests that completed inside one window of ``duration_s``."""
+
+    duration_s: float
+    latencies_s: list[float] = field(default_factory=list)
+    errors: int = 0
+
+    @property
+    def requests(self) -> int:
+        return len(self.latencies_s)
+
+    def throughput(self, batch_size: int = 1) -> float:
+        """Inferences per second (requests x rows per request)."""
+        return self.requests * batch_size / self.duration_s if self.duration_s > 0 else 0.0
+
+    def avg_latency_s(self) -> float:
+        return sum(self.latencies_s) / len(self.latencies_s) if self.latencies_s else math.inf
+
+
+def is_stable(windows: list[Window], *, last: int = LAST, ratio: float = STABILITY) -> bool:
+    """Perf Analyzer's rule: the last ``last`` windows within ``ratio`` (max/min) for
+    throughput and average latency. A window without a completed request never counts
+    as stable."""
+    if len(windows) < last:
+        return False
+    tail = windows[-last:]
+    thr = [w.throughput() for w in tail]
+    lat = [w.avg_latency_s() for w in tail]
+    if min(thr) <= 0 or any(math.isinf(x) for x in lat) or min(lat) <= 0:
+        return False
+    return max(thr) / min(thr) <= ratio and max(lat) / min(lat) <= ratio
+
+
+def done(windows: list[Window], *, max_windows: int = MAX_WINDOWS) -> bool:
+    """Stop measuring: stable, or ``max_windows`` reached."""
+    return is_stable(windows) or len(windows) >= max_windows
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, math.ceil(q / 100.0 * len(sorted_values)))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+def latency_summary_ms(latencies_s: list[float]) -> dict[str, float]:
+    values = sorted(latencies_s)
+    out = {"avg": round(1000.0 * sum(values) / len(values), 4) if values else math.nan}
+    for q in PERCENTILES:
+        out[f"p{q}"] = round(1000.0 * percentile(values, q), 4)
+    return out
+
+
+@dataclass
+class Measurement:
+    """One (configuration, concurrency, request batch size) point; the same record from
+    either tool. ``throughput`` in inferences/s, latencies in ms."""
+
+    concurrency: int
+    batch_size: int
+    throughput: float
+    latency_ms: dict[str, float]
+    windows: int
+    stable: bool
+    requests: int | None = None
+    errors: int = 0
+
+    def to_dict(self) -> dict:
+        return {"concurrency": self.concurrency, "batch_size": self.batch_size,
+                "throughput": round(self.throughput, 3), "latency_ms": dict(self.latency_ms),
+                "windows": self.windows, "stable": self.stable, "requests": self.requests, "errors": self.errors}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Measurement":
+        return cls(concurrency=int(d["concurrency"]), batch_size=int(d.get("batch_size", 1)),
+                   throughput=float(d["throughput"]), latency_ms=dict(d.get("latency_ms") or {}),
+                   windows=int(d.get("windows", 0)), stable=bool(d.get("stable", False)),
+                   requests=d.get("requests"), errors=int(d.get("errors", 0) or 0))
+
+    @property
+    def p99_ms(self) -> float:
+        return float(self.latency_ms.get("p99", math.inf))
+
+
+def summarize(windows: list[Window], *, concurrency: int, batch_size: int, last: int = LAST) -> Measurement:
+    """The record of a finished measurement: the last ``last`` windows pooled."""
+    if not windows:
+        raise ValueError("no measurement window")
+    stable = is_stable(windows, last=last)
+    tail = windows[-last:]
+    latencies = [x for w in tail for x in w.latencies_s]
+    duration = sum(w.duration_s for w in tail)
+    throughput = len(latencies) * batch_size / duration if duration > 0 else 0.0
+    return Measurement(concurrency=concurrency, batch_size=batch_size, throughput=throughput,
+                       latency_ms=latency_summary_ms(latencies), windows=len(windows), stable=stable,
+                       requests=len(latencies), errors=sum(w.errors for w in windows))
+
+
+def split_windows(completions: list[tuple[float, float]], start: float, window_s: float, count: int) -> list[Window]:
+    """Cut ``(start_time, end_time)`` request records into ``count`` windows of
+    ``window_s`` from ``start``; a request belongs to the window it completed in."""
+    windows = [Window(duration_s=window_s) for _ in range(count)]
+    for t0, t1 in completions:
+        i = int((t1 - start) // window_s)
+        if 0 <= i < count:
+            windows[i].latencies_s.append(t1 - t0)
+    return windows
+
+
+def concurrency_range(text: str) -> list[int]:
+    """``1:16`` -> 1, 2, 4, 8, 16 (doubling, the end always included); ``1:16:4`` ->
+    1, 5, 9, 13 (a linear step, Perf Analyzer's start:end:step); ``4`` -> 4; ``1,3,5``."""
+    from navigator.errors import UserInputError
+
+    text = str(text).strip()
+    try:
+        if "," in text:
+            values = sorted({int(v) for v in text.split(",") if v.strip()})
+        elif ":" in text:
+            parts = [int(v) for v in text.split(":")]
+            if len(parts) not in (2, 3):
+                raise ValueError
+            lo, hi = parts[0], parts[1]
+            if lo < 1 or hi < lo:
+                raise ValueError
+            if len(parts) == 3:
+                if parts[2] < 1:
+                    raise ValueError
+                values = list(range(lo, hi + 1, parts[2]))
+            else:
+                values, c = [], lo
+                while c < hi:
+                    values.append(c)
+                    c *= 2
+                values.append(hi)
+        else:
+            values = [int(text)]
+    except ValueError:
+        raise UserInputError(f"--concurrency {text!r}: expected N, START:END (doubling), START:END:STEP or "
+                             "N,M,…") from None
+    if not values or min(values) < 1 or values != sorted(values) or values[0] > values[-1]:
+        raise UserInputError(f"--concurrency {text!r}: concurrency values must be >= 1 and ascending")
+    return values

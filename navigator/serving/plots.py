@@ -1,0 +1,96 @@
+"""PNG plots of a serving profile (matplotlib, Agg backend, imported here only).
+
+- ``throughput_v_latency.png``: throughput against p99 latency, one line per
+  configuration over its concurrency sweep (Model Analyzer's throughput_v_latency);
+  the chosen one drawn thick, the p99 constraint as a vertical line.
+- ``latency_v_concurrency.png``: p50/p90/p95/p99 latency against concurrency of the
+  chosen (else the top-ranked) configuration.
+- ``gpu_mem_v_latency.png``: only when a GPU was there and its memory was read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MAX_LINES = 10
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def throughput_v_latency(path: Path, configs: list[dict], *, chosen: str | None, max_p99_ms: float | None,
+                         title: str) -> Path:
+    """``configs``: status-like dicts {name, results: [{concurrency, throughput, latency_ms}]}, ranked."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+    shown = [c for c in configs if c.get("results")][:MAX_LINES]
+    if chosen and not any(c["name"] == chosen for c in shown):
+        shown += [c for c in configs if c["name"] == chosen]
+    for c in shown:
+        pts = sorted(c["results"], key=lambda r: (r["batch_size"], r["concurrency"]))
+        xs = [r["latency_ms"].get("p99") for r in pts]
+        ys = [r["throughput"] for r in pts]
+        bold = c["name"] == chosen
+        ax.plot(xs, ys, marker="o", linewidth=3 if bold else 1.2, label=c["name"] + (" (chosen)" if bold else ""))
+        for r, x, y in zip(pts, xs, ys):
+            ax.annotate(str(r["concurrency"]), (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7)
+    if max_p99_ms is not None:
+        ax.axvline(max_p99_ms, color="red", linestyle="--", linewidth=1, label=f"max p99 {max_p99_ms:g} ms")
+    ax.set_xlabel("p99 latency (ms)")
+    ax.set_ylabel("throughput (inferences/s)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    if shown:
+        ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def latency_v_concurrency(path: Path, config: dict, *, title: str) -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+    pts = sorted(config.get("results") or [], key=lambda r: (r["batch_size"], r["concurrency"]))
+    batch_sizes = sorted({r["batch_size"] for r in pts})
+    for b in batch_sizes:
+        row = [r for r in pts if r["batch_size"] == b]
+        xs = [r["concurrency"] for r in row]
+        for q, style in (("p50", "-"), ("p90", "--"), ("p95", "-."), ("p99", ":")):
+            suffix = f" (batch {b})" if len(batch_sizes) > 1 else ""
+            ax.plot(xs, [r["latency_ms"].get(q) for r in row], style, marker="o", label=q + suffix)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("concurrency (requests in flight)")
+    ax.set_ylabel("latency (ms)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    if pts:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def gpu_mem_v_latency(path: Path, points: list[tuple[str, float, float]], *, title: str) -> Path:
+    """``points``: (configuration, p99 ms, GPU memory MB)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+    for name, p99, mem in points:
+        ax.scatter([p99], [mem], label=name)
+    ax.set_xlabel("p99 latency (ms)")
+    ax.set_ylabel("GPU memory used (MB)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    if points:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,282 @@
+"""The configuration space and its search, written from Model Analyzer's documented
+semantics (FACTS.md), not its code.
+
+A :class:`Candidate` is one config.pbtxt variant: instance count x max batch size x
+dynamic-batching queue delay (``None``: no dynamic batcher). Each candidate is
+measured over a concurrency sweep by an ``evaluate`` callback; the search only sees
+:class:`ConfigResult` records, so it runs on synthetic objectives in the unit tests.
+
+- ``brute``: every instance count and delay, max batch size ascending; a sweep (of
+  concurrency inside a candidate, of max batch size across candidates) stops when
+  throughput gains < 5% for ``patience`` steps in a row (:class:`StopRule`). The max
+  batch size sweeps advance in turn, so a short budget still sees every instance count.
+- ``quick``: hill-climbing from the smallest candidate over the index grid, moving to
+  the best improving neighbour (±1 on one axis) until none improves.
+
+Both stop at the time budget; what they did not measure for it is returned as
+``skipped`` with the reason. The objective is ``throughput`` (higher is better) or
+``p99_latency`` (lower); constraints ``max_p99_ms`` and ``min_throughput`` decide
+which measurements count. Ranking puts candidates with a measurement that meets the
+constraints first, by their best such measurement.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from navigator.serving.measure import Measurement
+
+OBJECTIVES = ("throughput", "p99_latency")
+SEARCHES = ("brute", "quick")
+MIN_GAIN = 0.05        # Model Analyzer: stop a sweep when throughput gains < 5% ...
+PATIENCE = 2           # ... for this many steps (MA looks over 4 steps of its 1…1024 sweep; ours are 5-6 long)
+
+
+@dataclass(frozen=True, order=True)
+class Candidate:
+    instances: int
+    max_batch_size: int
+    delay_us: int | None = 0          # None: no dynamic batching
+
+    @property
+    def name(self) -> str:
+        tail = "nodb" if self.delay_us is None else f"d{self.delay_us}"
+        return f"i{self.instances}_b{self.max_batch_size}_{tail}"
+
+    def to_dict(self) -> dict:
+        return {"instances": self.instances, "max_batch_size": self.max_batch_size,
+                "dynamic_batching": self.delay_us is not None, "max_queue_delay_us": self.delay_us}
+
+
+@dataclass(frozen=True)
+class Space:
+    """The axes of the search; each is ascending."""
+
+    instances: tuple[int, ...] = (1,)
+    max_batch_sizes: tuple[int, ...] = (1,)
+    delays_us: tuple[int | None, ...] = (0,)
+
+    def __post_init__(self) -> None:
+        for axis in (self.instances, self.max_batch_sizes, self.delays_us):
+            if not axis:
+                raise ValueError("an empty search axis")
+
+    def at(self, index: tuple[int, int, int]) -> Candidate:
+        i, b, d = index
+        return Candidate(self.instances[i], self.max_batch_sizes[b], self.delays_us[d])
+
+    def shape(self) -> tuple[int, int, int]:
+        return len(self.instances), len(self.max_batch_sizes), len(self.delays_us)
+
+    def all(self) -> list[Candidate]:
+        return [Candidate(i, b, d) for i in self.instances for d in self.delays_us for b in self.max_batch_sizes]
+
+    def size(self) -> int:
+        n_i, n_b, n_d = self.shape()
+        return n_i * n_b * n_d
+
+
+@dataclass(frozen=True)
+class Objective:
+    kind: str = "throughput"                 # throughput | p99_latency
+    max_p99_ms: float | None = None
+    min_throughput: float | None = None
+
+    def meets(self, m: Measurement) -> bool:
+        if self.max_p99_ms is not None and not (m.p99_ms <= self.max_p99_ms):
+            return False
+        if self.min_throughput is not None and not (m.throughput >= self.min_throughput):
+            return False
+        return m.errors == 0 and m.throughput > 0
+
+    def score(self, m: Measurement) -> float:
+        """Higher is better."""
+        return m.throughput if self.kind == "throughput" else -m.p99_ms
+
+    def best(self, measurements: Iterable[Measurement]) -> tuple[Measurement | None, bool]:
+        """The best measurement meeting the constraints, ``(m, True)``; when none does,
+        the best unconstrained one, ``(m, False)``; ``(None, False)`` for none at all."""
+        ms = [m for m in measurements if m.throughput > 0 and m.errors == 0]
+        ok = [m for m in ms if self.meets(m)]
+        if ok:
+            return max(ok, key=self.score), True
+        if ms:
+            return max(ms, key=self.score), False
+        return None, False
+
+    def constraints_text(self) -> str:
+        parts = []
+        if self.max_p99_ms is not None:
+            parts.append(f"p99 <= {self.max_p99_ms:g} ms")
+        if self.min_throughput is not None:
+            parts.append(f"throughput >= {self.min_throughput:g}/s")
+        return " and ".join(parts) or "error-free serving"
+
+    def describe(self) -> str:
+        parts = [f"objective {self.kind}"]
+        if self.max_p99_ms is not None:
+            parts.append(f"p99 <= {self.max_p99_ms:g} ms")
+        if self.min_throughput is not None:
+            parts.append(f"throughput >= {self.min_throughput:g}/s")
+        return ", ".join(parts)
+
+
+@dataclass
+class ConfigResult:
+    candidate: Candidate
+    status: str = "ok"                        # ok | failed | skipped
+    reason: str | None = None
+    measurements: list[Measurement] = field(default_factory=list)
+    duration_s: float | None = None
+
+    def key(self, objective: Objective) -> tuple[bool, float]:
+        """Sort key, higher is better: (meets the constraints, score of its best)."""
+        if self.status != "ok":
+            return (False, -math.inf)
+        best, ok = objective.best(self.measurements)
+        return (ok, objective.score(best)) if best is not None else (False, -math.inf)
+
+    def best_throughput(self) -> float:
+        return max((m.throughput for m in self.measurements), default=0.0)
+
+
+@dataclass
+class StopRule:
+    """Stop a sweep when the last ``patience`` values each stayed below the best value
+    before them by more than ``min_gain`` (throughput gains < 5%)."""
+
+    min_gain: float = MIN_GAIN
+    patience: int = PATIENCE
+
+    def should_stop(self, values: list[float]) -> bool:
+        if len(values) <= self.patience:
+            return False
+        best_before = max(values[: -self.patience])
+        return all(v < best_before * (1.0 + self.min_gain) for v in values[-self.patience:])
+
+
+@dataclass
+class SearchOutcome:
+    results: list[ConfigResult] = field(default_factory=list)     # measured (ok or failed), in order
+    skipped: list[ConfigResult] = field(default_factory=list)     # not measured, with the reason
+    stopped: list[str] = field(default_factory=list)              # why sweeps ended early
+
+    def ranked(self, objective: Objective) -> list[ConfigResult]:
+        ok = [r for r in self.results if r.status == "ok" and r.measurements]
+        return sorted(ok, key=lambda r: r.key(objective), reverse=True)
+
+    def chosen(self, objective: Objective) -> ConfigResult | None:
+        ranked = self.ranked(objective)
+        return ranked[0] if ranked and ranked[0].key(objective)[0] else None
+
+
+Evaluate = Callable[[Candidate], ConfigResult]
+HasTime = Callable[[], bool]
+
+
+def brute(space: Space, evaluate: Evaluate, has_time: HasTime, *, rule: StopRule | None = None) -> SearchOutcome:
+    """Every instance count and delay, each a sweep of max batch size ascending that ends
+    at the stop rule. The sweeps advance in turn, one max batch size each, so a budget
+    that ends the search early has still seen every instance count; with time enough
+    the set measured is the same as sweeping one after the other."""
+    rule = rule or StopRule()
+    out = SearchOutcome()
+    sizes = list(space.max_batch_sizes)
+    sweeps = [(inst, delay) for inst in space.instances for delay in space.delays_us]
+    step = {s: 0 for s in sweeps}
+    gains: dict[tuple, list[float]] = {s: [] for s in sweeps}
+    active = list(sweeps)
+    while active:
+        for sweep in list(active):
+            inst, delay = sweep
+            n = step[sweep]
+            cand = Candidate(inst, sizes[n], delay)
+            step[sweep] = n + 1
+            if step[sweep] >= len(sizes):
+                active.remove(sweep)
+            if not has_time():
+                out.skipped.append(ConfigResult(cand, status="skipped", reason="budget"))
+                continue
+            res = evaluate(cand)
+            out.results.append(res)
+            gains[sweep].append(res.best_throughput() if res.status == "ok" else 0.0)
+            if sweep in active and rule.should_stop(gains[sweep]):
+                active.remove(sweep)
+                rest = sizes[n + 1:]
+                out.stopped.append(f"instances {inst}, delay {delay}: max batch size sweep stopped after "
+                                   f"{sizes[n]} (throughput gains < {rule.min_gain:.0%} for {rule.patience} steps); "
+                                   f"not measured: {', '.join(map(str, rest))}")
+    return out
+
+
+def hill_climb(space: Space, evaluate: Evaluate, has_time: HasTime, objective: Objective,
+               start: tuple[int, int, int] = (0, 0, 0)) -> SearchOutcome:
+    """Quick search: from ``start``, evaluate the unvisited neighbours (±1 on each axis)
+    and move to the best one while it beats the current candidate."""
+    out = SearchOutcome()
+    seen: dict[tuple[int, int, int], ConfigResult] = {}
+    shape = space.shape()
+
+    def visit(index) -> ConfigResult | None:
+        if index in seen:
+            return seen[index]
+        cand = space.at(index)
+        if not has_time():
+            res = ConfigResult(cand, status="skipped", reason="budget")
+            out.skipped.append(res)
+            seen[index] = res
+            return None
+        res = evaluate(cand)
+        out.results.append(res)
+        seen[index] = res
+        return res
+
+    current = tuple(start)
+    cur = visit(current)
+    if cur is None:
+        return out
+    while True:
+        neighbours = []
+        for axis in range(3):
+            for step in (-1, 1):
+                idx = list(current)
+                idx[axis] += step
+                if 0 <= idx[axis] < shape[axis]:
+                    neighbours.append(tuple(idx))
+        best_idx, best_res = None, None
+        for idx in neighbours:
+            if idx in seen:
+                continue
+            res = visit(idx)
+            if res is None:
+                continue
+            if best_res is None or res.key(objective) > best_res.key(objective):
+                best_idx, best_res = idx, res
+        if best_res is None or not best_res.key(objective) > cur.key(objective):
+            break
+        current, cur = best_idx, best_res
+    return out
+
+
+def sweep_concurrency(levels: list[int], measure: Callable[[int], Measurement], has_time: HasTime,
+                      objective: Objective, *, rule: StopRule | None = None) -> tuple[list[Measurement], str | None]:
+    """Measure each concurrency level in order; stop when throughput gains < 5% for
+    ``patience`` levels, when p99 is past ``max_p99_ms`` (more concurrency only queues
+    more), or when time is up. Returns the measurements and why it stopped early."""
+    rule = rule or StopRule()
+    out: list[Measurement] = []
+    for n, c in enumerate(levels):
+        if out and not has_time():
+            return out, f"budget: concurrency {', '.join(map(str, levels[n:]))} not measured"
+        m = measure(c)
+        out.append(m)
+        rest = levels[n + 1:]
+        if not rest:
+            break
+        if objective.max_p99_ms is not None and m.p99_ms > objective.max_p99_ms:
+            return out, f"p99 {m.p99_ms:.2f} ms > {objective.max_p99_ms:g} ms at concurrency {c}"
+        if rule.should_stop([x.throughput for x in out]):
+            return out, f"throughput gains < {rule.min_gain:.0%} for {rule.patience} steps"
+    return out, None

@@ -1,0 +1,111 @@
+"""config.pbtxt variants of one model (instance count, max batch size, dynamic
+batching) and ``--apply``: the chosen settings written into a user's repository.
+
+A variant starts from the emitted config (a ``ModelConfig`` message, never text
+surgery): ``instance_group[*].count``, ``max_batch_size`` and the
+``dynamic_batching`` block are replaced; preferred batch sizes are the emitted ones
+(taken by the emitter from the in-process profile in status.yaml) that fit the new
+max batch size; warm-up entries larger than it are dropped. Every variant is checked
+with :func:`navigator.triton.config.problems` before it is written.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from navigator.errors import UserInputError
+from navigator.serving.search import Candidate
+
+
+def load_config(path: Path):
+    from navigator.triton import config as cfg_mod
+
+    return cfg_mod.parse(Path(path).read_text(encoding="utf-8"), source=str(path))
+
+
+def preferred_sizes(base) -> list[int]:
+    return list(base.dynamic_batching.preferred_batch_size) if base.HasField("dynamic_batching") else []
+
+
+def variant(base, cand: Candidate, *, preferred: list[int] | None = None):
+    """A copy of ``base`` with the candidate's settings."""
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    from navigator.triton import config as cfg_mod
+
+    cfg = mc.ModelConfig()
+    cfg.CopyFrom(base)
+    if not cfg.instance_group:
+        cfg.instance_group.add(kind=mc.ModelInstanceGroup.KIND_AUTO)
+    for g in cfg.instance_group:
+        g.count = cand.instances
+    if base.max_batch_size == 0 and cand.max_batch_size:
+        raise UserInputError(f"{base.name} does not batch (max_batch_size 0); a max batch size of "
+                             f"{cand.max_batch_size} cannot be searched")
+    cfg.max_batch_size = cand.max_batch_size
+    preferred = preferred_sizes(base) if preferred is None else preferred
+    if cand.delay_us is None or cand.max_batch_size == 0:
+        cfg.ClearField("dynamic_batching")
+    else:
+        if not cfg.HasField("dynamic_batching"):
+            cfg.dynamic_batching.SetInParent()
+        db = cfg.dynamic_batching
+        db.max_queue_delay_microseconds = int(cand.delay_us)
+        del db.preferred_batch_size[:]
+        db.preferred_batch_size.extend(sorted({p for p in preferred if 1 <= p <= cand.max_batch_size}))
+    keep = [w for w in cfg.model_warmup if not cfg.max_batch_size or w.batch_size <= cfg.max_batch_size]
+    if len(keep) != len(cfg.model_warmup):
+        kept = [mc.ModelWarmup() for _ in keep]
+        for dst, src in zip(kept, keep):
+            dst.CopyFrom(src)
+        del cfg.model_warmup[:]
+        cfg.model_warmup.extend(kept)
+    problems = cfg_mod.problems(cfg)
+    if problems:
+        raise UserInputError(f"configuration {cand.name}: Triton would refuse it ({problems[0]})")
+    return cfg
+
+
+def write(path: Path, cfg) -> str:
+    """Write ``cfg`` atomically (parsed back first); returns the text."""
+    from navigator.triton import config as cfg_mod
+    from navigator.workspace.atomic import write_text
+
+    text = cfg_mod.to_text(cfg)
+    write_text(path, text)
+    return text
+
+
+def settings_of(cfg) -> dict:
+    """The searched settings as they stand in a config."""
+    db = cfg.dynamic_batching if cfg.HasField("dynamic_batching") else None
+    return {"instances": [g.count for g in cfg.instance_group] or [1], "max_batch_size": cfg.max_batch_size,
+            "dynamic_batching": db is not None,
+            "max_queue_delay_us": db.max_queue_delay_microseconds if db is not None else None,
+            "preferred_batch_sizes": list(db.preferred_batch_size) if db is not None else []}
+
+
+def apply(repo: Path, model: str, cand: Candidate, *, preferred: list[int]) -> Path:
+    """``--apply``: the chosen instance count, max batch size and dynamic batching into
+    ``repo/model/config.pbtxt``, everything else in it kept; written atomically (temp
+    file + rename), parsed back as ModelConfig first."""
+    repo = Path(repo).expanduser().resolve()
+    path = repo / model / "config.pbtxt"
+    if not path.is_file():
+        raise UserInputError(f"--apply {repo}: no {model}/config.pbtxt there; write the repository first with "
+                             f"`navigator triton WS --repo {repo}`")
+    base = load_config(path)
+    if base.platform == "ensemble":
+        raise UserInputError(f"--apply: {path} is an ensemble; its step models carry the instance groups")
+    if base.max_batch_size == 0 and cand.max_batch_size:
+        raise UserInputError(f"--apply: {path} does not batch (max_batch_size 0) but the chosen configuration "
+                             f"uses max batch size {cand.max_batch_size}")
+    if base.max_batch_size and cand.max_batch_size > base.max_batch_size and any(
+            base.backend == b or base.platform == p for b, p in (("tensorrt", "tensorrt_plan"),)):
+        raise UserInputError(f"--apply: the engine in {path.parent} was built for batches up to "
+                             f"{base.max_batch_size}; the chosen {cand.max_batch_size} would not load")
+    cfg = variant(base, cand, preferred=preferred)
+    write(path, cfg)
+    os.utime(path.parent, None)   # a polling Triton sees the model folder change
+    return path

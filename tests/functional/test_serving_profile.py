@@ -1,0 +1,238 @@
+"""Serving profile and configuration search through a real Triton server on this CPU.
+
+Two models:
+- ``sleepy``: a Python-backend model whose execute() sleeps a fixed 20 ms per request
+  and does no work, so its service time is known and does not compete for the 2
+  cores: with 2 instances, concurrency 2 must nearly double the throughput of
+  concurrency 1 (both tools), and latency stays >= 20 ms.
+- a converted ONNX workspace (tests/models.py ``foldable_mlp``) for the
+  ``navigator profile WS --triton`` runs, served through the CPU stand-in of the
+  onnxruntime backend (``--cpu-backends``).
+
+Nothing is mocked: the real tritonserver 2.51, real tritonclient, the real
+perf_analyzer binary where the server environment has it. Windows are 200-300 ms
+and sweeps short to keep the file under ~90 s on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from ..conftest import FAST, models, one_line_error
+
+pytestmark = pytest.mark.functional
+
+SERVICE_S = 0.020
+
+SLEEPY_PY = '''
+import json
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        params = json.loads(args["model_config"])["parameters"]
+        self.delay = float(params["DELAY_S"]["string_value"])
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "x").as_numpy()
+            time.sleep(self.delay)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("y", (x * 2).astype(np.float32))]))
+        return responses
+'''
+
+SLEEPY_CONFIG = f'''name: "sleepy"
+backend: "python"
+max_batch_size: 0
+input {{ name: "x" data_type: TYPE_FP32 dims: [ 4 ] }}
+output {{ name: "y" data_type: TYPE_FP32 dims: [ 4 ] }}
+instance_group {{ kind: KIND_CPU count: 2 }}
+parameters {{ key: "DELAY_S" value {{ string_value: "{SERVICE_S}" }} }}
+'''
+
+
+def _run(*args, cwd, timeout=240):
+    return subprocess.run([sys.executable, "-m", "navigator", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def sleepy_server(tmp_path_factory):
+    from navigator.triton.server import TritonServer
+
+    repo = tmp_path_factory.mktemp("sleepy_repo")
+    (repo / "sleepy" / "1").mkdir(parents=True)
+    (repo / "sleepy" / "1" / "model.py").write_text(SLEEPY_PY)
+    (repo / "sleepy" / "config.pbtxt").write_text(SLEEPY_CONFIG)
+    with TritonServer(repo, log_path=repo.parent / "sleepy_server.log") as server:
+        yield server
+
+
+def _sleepy_data():
+    from navigator.serving.inputs import RequestData
+
+    rows = [{"x": np.full((4,), float(i), np.float32)} for i in range(4)]
+    return RequestData(batching=False, names=["x"], dtypes={"x": "float32"}, dims={"x": [4]}, rows=rows,
+                       outputs=["y"])
+
+
+def _check_trend(m1, m2, tool):
+    # a fixed 20 ms service time: concurrency 1 gives <= 50/s; 2 instances serve 2 at once
+    assert 25 <= m1.throughput <= 52, (tool, m1)
+    assert m2.throughput >= 1.5 * m1.throughput, (tool, m1, m2)
+    for m in (m1, m2):
+        lat = m.latency_ms
+        assert SERVICE_S * 1000 <= lat["p50"] <= lat["p90"] <= lat["p95"] <= lat["p99"], (tool, lat)
+        assert lat["p50"] < 60, (tool, lat)     # no queueing: one request per instance
+        assert m.windows >= 3 and m.errors == 0
+
+
+def test_both_tools_see_the_fixed_service_time(sleepy_server, tmp_path):
+    from navigator.serving import loadgen
+    from navigator.serving import perf_analyzer as pa
+    from navigator.triton.server import prepare
+
+    data = _sleepy_data()
+    ours = [loadgen.measure(sleepy_server.grpc_url, "sleepy", data, concurrency=c, window_ms=300) for c in (1, 2)]
+    _check_trend(*ours, "navigator")
+    env = prepare(quiet=True)
+    if env.perf_analyzer is None:
+        pytest.skip("the server environment has no perf_analyzer binary")
+    input_data = tmp_path / "perf_input.json"
+    input_data.write_text(json.dumps(data.perf_analyzer_json()))
+    theirs = [pa.measure(env.perf_analyzer, env.process_env(), model="sleepy", url=sleepy_server.grpc_url,
+                         input_data=input_data, shapes=[], concurrency=c, batch_size=1, window_ms=300,
+                         workdir=tmp_path / "pa")[0] for c in (1, 2)]
+    _check_trend(*theirs, "perf_analyzer")
+    # the same server, the same load: the two tools agree on the throughput within 25%
+    for a, b in zip(ours, theirs):
+        assert abs(a.throughput - b.throughput) <= 0.25 * b.throughput, (a, b)
+
+
+# --------------------------------------------------------------------------- navigator profile WS --triton
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("serving_ws")
+    model = models.save(models.ALL["foldable_mlp"](), root / "mlp.onnx")
+    r = _run("convert", model, "--workdir", root / "w", "--targets", "onnx", *FAST, cwd=root)
+    assert r.returncode == 0, r.stderr
+    return next((root / "w").glob("*.nav.workspace"))
+
+
+SMALL = ["--measurement-ms", "200", "--concurrency", "1:2", "--cpu-backends", "--perf-analyzer", "off"]
+
+
+def _png_ok(path: Path) -> None:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", path
+    assert len(data) > 5000, (path, len(data))
+
+
+def test_profile_chooses_a_configuration_within_the_latency_constraint(workspace):
+    from navigator.triton import config as cfg_mod
+    from navigator.workspace import schema
+
+    r = _run("triton", workspace, cwd=workspace.parent)          # the user's repository, for --apply
+    assert r.returncode == 0, r.stderr
+    user_config = workspace / "triton" / "mlp" / "config.pbtxt"
+    r = _run("profile", workspace, "--triton", *SMALL, "--instance-counts", "1,2", "--max-batch-sizes", "1,4",
+             "--max-p99-ms", "500", "--budget-s", "60", "--apply", cwd=workspace.parent)
+    assert r.returncode == 0, r.stdout + r.stderr
+    data = yaml.safe_load((workspace / "status.yaml").read_text())
+    schema.validate(data)
+    sv = data["serving"]
+    assert sv["status"] == "ok" and sv["tool"] == "navigator" and sv["stand_in"] is True
+    assert sv["backend"] == "onnxruntime" and sv["machine"]["cores"] >= 1
+    chosen = next(c for c in sv["configurations"] if c["name"] == sv["chosen"])
+    assert chosen["meets_constraints"] is True and chosen["best"]["latency_ms"]["p99"] <= 500
+    assert sv["ranked"][0] == sv["chosen"]
+    for c in sv["configurations"]:
+        for p in c["results"]:
+            assert p["latency_ms"]["p99"] >= p["latency_ms"]["p50"] > 0
+            assert p["throughput"] > 0
+    out = workspace / "serving"
+    _png_ok(out / "throughput_v_latency.png")
+    _png_ok(out / "latency_v_concurrency.png")
+    assert not (out / "gpu_mem_v_latency.png").exists()        # no GPU here
+    ma = yaml.safe_load((out / "model_analyzer.yaml").read_text())
+    assert list(ma["profile_models"]) == ["mlp"]
+    entry = ma["profile_models"]["mlp"]
+    assert entry["model_config_parameters"]["max_batch_size"] == [1, 4]
+    assert entry["model_config_parameters"]["instance_group"][0]["count"] == [1, 2]
+    assert entry["constraints"] == {"perf_latency_p99": {"max": 500.0}}
+    assert entry["perf_analyzer_flags"]["input-data"] == "perf_input.json"
+    script = (out / "perf_analyzer.sh").read_text()
+    assert "-m mlp" in script and "--input-data perf_input.json" in script and f"configs/{sv['chosen']}" in script
+    assert json.loads((out / "perf_input.json").read_text())["data"][0]["x"]["shape"] == [8]
+    ranked = (out / "ranked.csv").read_text().splitlines()
+    assert ranked[1].split(",")[1] == sv["chosen"]
+    # --apply wrote the chosen settings into the user's repository, the rest kept
+    applied = cfg_mod.parse(user_config.read_text())
+    assert applied.max_batch_size == chosen["max_batch_size"]
+    assert applied.instance_group[0].count == chosen["instances"]
+    assert applied.backend == "onnxruntime" and [i.name for i in applied.input] == ["x"]
+    assert sv["applied"] == str(user_config)
+    summary = (workspace / "report" / "summary.md").read_text()
+    assert sv["chosen"] in summary and "../serving/throughput_v_latency.png" in summary and "stand-in" in summary
+    r = _run("report", workspace, "--html", cwd=workspace.parent)
+    assert r.returncode == 0, r.stderr
+    page = (workspace / "report" / "summary.html").read_text()
+    assert page.count("data:image/png;base64,") == 2 and "<table>" in page
+
+
+def test_profile_reports_none_when_no_configuration_can_meet_the_constraint(workspace):
+    r = _run("profile", workspace, "--triton", *SMALL, "--instance-counts", "1", "--max-batch-sizes", "2",
+             "--max-p99-ms", "0.001", "--budget-s", "30", "--search", "quick", cwd=workspace.parent)
+    assert r.returncode == 1, r.stdout + r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: no configuration meets p99 <= 0.001 ms"), r.stderr
+    sv = yaml.safe_load((workspace / "status.yaml").read_text())["serving"]
+    assert sv["status"] == "failed" and sv["chosen"] is None and sv["search"] == "quick"
+    assert sv["configurations"][0]["meets_constraints"] is False
+    assert not (workspace / "serving" / "chosen.config.pbtxt").exists()
+
+
+def test_profile_with_perf_analyzer_and_a_tight_budget(workspace):
+    from navigator.triton.server import prepare
+
+    if prepare(quiet=True).perf_analyzer is None:
+        pytest.skip("the server environment has no perf_analyzer binary")
+    r = _run("profile", workspace, "--triton", "--cpu-backends", "--perf-analyzer", "on", "--measurement-ms", "200",
+             "--concurrency", "1", "--instance-counts", "1,2", "--max-batch-sizes", "1,2,4,8", "--budget-s", "9",
+             cwd=workspace.parent)
+    assert r.returncode == 0, r.stdout + r.stderr
+    sv = yaml.safe_load((workspace / "status.yaml").read_text())["serving"]
+    assert sv["tool"] == "perf_analyzer"
+    assert sv["duration_s"] <= 9 + 3                                  # the budget held (a PA run is not cut)
+    assert any("budget" in s for s in sv["skipped"]), sv["skipped"]  # 8 configurations do not fit in 9 s
+    logs = list((workspace / "serving" / "perf_analyzer").glob("*.log"))
+    assert logs and "--input-data" in logs[0].read_text()
+
+
+def test_bad_input_is_one_line_and_keeps_the_previous_results(workspace):
+    marker = workspace / "serving" / "previous-run.txt"
+    marker.parent.mkdir(exist_ok=True)
+    marker.write_text("kept")
+    one_line_error(_run("profile", workspace, cwd=workspace.parent), "--triton")
+    one_line_error(_run("profile", workspace, "--triton", "--concurrency", "0:4", cwd=workspace.parent),
+                   "--concurrency")
+    one_line_error(_run("profile", workspace, "--triton", "--measurement-ms", "200", cwd=workspace.parent),
+                   "onnxruntime backend", "--cpu-backends")
+    one_line_error(_run("profile", workspace, "--triton", "--cpu-backends", "--format", "nope",
+                        cwd=workspace.parent), "nope")
+    one_line_error(_run("profile", workspace, "--triton", "--cpu-backends", "--apply", workspace / "elsewhere",
+                        cwd=workspace.parent), "--apply", "no mlp/config.pbtxt")
+    assert marker.read_text() == "kept"                       # a failed run leaves serving/ as it was
+    assert not (workspace / ".serving.partial").exists()
