@@ -198,6 +198,34 @@ def _describe_exit(code: int) -> str:
     return f"the worker exited with code {code}"
 
 
+class EventTail:
+    """The events a job has appended to its JSONL file since the last call, whole lines
+    only (a line still being written waits for the next call). It also tracks the open
+    stage: the last ``start`` event not yet followed by another event."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.offset = 0
+        self.buffer = ""
+        self.open_stage: dict | None = None
+        self.stage_start = time.monotonic()
+
+    def read(self) -> list[dict]:
+        with open(self.path, encoding="utf-8") as f:
+            f.seek(self.offset)
+            chunk = f.read()
+            self.offset = f.tell()
+        self.buffer += chunk
+        *lines, self.buffer = self.buffer.split("\n")
+        events = [json.loads(line) for line in lines if line.strip()]
+        for event in events:
+            if event["event"] == "start":
+                self.open_stage, self.stage_start = event, time.monotonic()
+            else:
+                self.open_stage = None
+        return events
+
+
 def run_worker(job: dict, job_path: Path, log_path: Path, *, stage_timeout_s: float,
                on_event: Callable[[dict], None] | None = None, env: dict | None = None,
                memory_limit_gb: float | None = None) -> WorkerOutcome:
@@ -221,31 +249,16 @@ def run_worker(job: dict, job_path: Path, log_path: Path, *, stage_timeout_s: fl
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                 env=child_env)
     outcome = WorkerOutcome(returncode=None)
-    stage_start = time.monotonic()
-    open_stage: dict | None = None
-    offset = 0
-    buffer = ""
+    tail = EventTail(events_path)
     limit = int(memory_limit_gb * GIB) if memory_limit_gb else None
     try:
         while True:
             code, outcome.peak_rss_mb = _reap(proc, block=False)
-            with open(events_path, encoding="utf-8") as f:
-                f.seek(offset)
-                chunk = f.read()
-                offset = f.tell()
-            buffer += chunk
-            *lines, buffer = buffer.split("\n")
-            for line in lines:
-                if not line.strip():
-                    continue
-                event = json.loads(line)
+            for event in tail.read():
                 outcome.events.append(event)
-                if event["event"] == "start":
-                    open_stage, stage_start = event, time.monotonic()
-                else:
-                    open_stage = None
                 if on_event:
                     on_event(event)
+            open_stage, stage_start = tail.open_stage, tail.stage_start
             if code is not None:
                 outcome.returncode = code
                 if open_stage is not None or code != 0:

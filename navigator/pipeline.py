@@ -854,11 +854,10 @@ def _run_in_thread(ctx: RunContext, name: str, job: dict):
     call) cannot be stopped from outside: after IN_PROCESS_GRACE_S it is abandoned
     (a daemon thread, its CPU and memory held until the process exits) and the run
     goes on. Returns an isolation.WorkerOutcome."""
-    import json
     import threading
 
     from navigator import _worker
-    from navigator.isolation import POLL_S, WorkerOutcome
+    from navigator.isolation import POLL_S, EventTail, WorkerOutcome
 
     box: dict = {}
 
@@ -870,9 +869,8 @@ def _run_in_thread(ctx: RunContext, name: str, job: dict):
 
     thread = threading.Thread(target=target, name=f"navigator-job-{name}", daemon=True)
     outcome = WorkerOutcome(returncode=None)
-    events_path = Path(job["events"])
-    offset, buffer = 0, ""
-    open_stage, stage_start = None, time.monotonic()
+    tail = EventTail(Path(job["events"]))
+    open_stage = None
     timed_out: tuple[float, dict] | None = None
     abandoned = False
     limit = ctx.config.timeout
@@ -881,19 +879,10 @@ def _run_in_thread(ctx: RunContext, name: str, job: dict):
     try:
         while True:
             alive = thread.is_alive()
-            with open(events_path, encoding="utf-8") as f:
-                f.seek(offset)
-                chunk = f.read()
-                offset = f.tell()
-            buffer += chunk
-            *lines, buffer = buffer.split("\n")
-            for line in lines:
-                if line.strip():
-                    event = json.loads(line)
-                    outcome.events.append(event)
-                    open_stage, stage_start = (event, time.monotonic()) if event["event"] == "start" else \
-                        (None, stage_start)
-                    _apply_event(ctx, event)
+            for event in tail.read():
+                outcome.events.append(event)
+                _apply_event(ctx, event)
+            open_stage, stage_start = tail.open_stage, tail.stage_start
             if not alive:
                 break
             now = time.monotonic()

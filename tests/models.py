@@ -81,6 +81,29 @@ def small_cnn(channels: int = 8, classes: int = 4, seed: int = 3) -> onnx.ModelP
                   [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", classes])], inits)
 
 
+# Ensemble steps for the Triton tests: uint8 pixels in, label and score out.
+ENSEMBLE_PRE = '''
+import numpy as np
+
+
+def example_inputs():
+    """Raw inputs unlike the model's: uint8 pixels."""
+    return {"pixels": np.random.default_rng(0).integers(0, 256, size=(4, 8), dtype=np.uint8)}
+
+
+def preprocess(pixels):
+    return {"x": (pixels / 255.0).astype(np.float32)}
+'''
+
+ENSEMBLE_POST = '''
+import numpy as np
+
+
+def postprocess(y):
+    return {"label": y.argmax(-1).astype(np.int64)[:, None], "score": y.max(-1, keepdims=True)}
+'''
+
+
 def save(model: onnx.ModelProto, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(path))

@@ -42,25 +42,7 @@ from ..conftest import models, one_line_error
 pytestmark = pytest.mark.functional
 ATOL = {"onnx": 1e-5, "torch_export": 1e-5, "openvino": 1e-3}   # OpenVINO differs from ORT by ~3e-4
 
-PRE = '''
-import numpy as np
-
-
-def example_inputs():
-    return {"pixels": np.random.default_rng(0).integers(0, 256, size=(4, 8), dtype=np.uint8)}
-
-
-def preprocess(pixels):
-    return {"x": (pixels / 255.0).astype(np.float32)}
-'''
-
-POST = '''
-import numpy as np
-
-
-def postprocess(y):
-    return {"label": y.argmax(-1).astype(np.int64)[:, None], "score": y.max(-1, keepdims=True)}
-'''
+PRE, POST = models.ENSEMBLE_PRE, models.ENSEMBLE_POST
 
 
 # --------------------------------------------------------------------------- fixtures

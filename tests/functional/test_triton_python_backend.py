@@ -285,26 +285,7 @@ def test_aoti_through_the_python_backend_and_natively(torch_ws, tmp_path, pb_uti
 
 
 # --------------------------------------------------------------------------- ensembles
-PRE = '''
-import numpy as np
-
-
-def example_inputs():
-    """Raw inputs unlike the model's: uint8 pixels."""
-    return {"pixels": np.random.default_rng(0).integers(0, 256, size=(4, 8), dtype=np.uint8)}
-
-
-def preprocess(pixels):
-    return {"x": (pixels / 255.0).astype(np.float32)}
-'''
-
-POST = '''
-import numpy as np
-
-
-def postprocess(y):
-    return {"label": y.argmax(-1).astype(np.int64)[:, None], "score": y.max(-1, keepdims=True)}
-'''
+PRE, POST = models.ENSEMBLE_PRE, models.ENSEMBLE_POST
 
 
 def _run_ensemble(pb_utils, repo: Path, ensemble_cfg, feeds: dict) -> dict:
