@@ -1,4 +1,5 @@
-"""Saving ONNX models: inline under 2 GB, external data beside the file above."""
+"""Saving ONNX models: inline under 2 GB, external data beside the file above;
+and models whose weights stay in their external-data files (never loaded)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 from pathlib import Path
 
 TWO_GB = 2**31 - 1
+INLINE_BUDGET = 256 * 2**20   # external tensors read into a proto for folding, in all
 
 
 def model_size(model) -> int:
@@ -35,3 +37,66 @@ def save_onnx(model, path: str | os.PathLike) -> None:
                         location=data, size_threshold=1024)
     else:
         onnx.save_model(model, str(path))
+
+
+def external_tensors(model) -> list:
+    """Every tensor of ``model`` (initializers, attributes, subgraphs) stored as external data."""
+    import onnx
+
+    from navigator.signature import _all_tensors
+
+    return [t for t in _all_tensors(model.graph) if t.data_location == onnx.TensorProto.EXTERNAL]
+
+
+def _entry(tensor, key: str) -> str | None:
+    return next((e.value for e in tensor.external_data if e.key == key), None)
+
+
+def inline_small_external(model, base_dir: str | os.PathLike, max_bytes: int, *,
+                          budget: int = INLINE_BUDGET) -> int:
+    """Load external tensors of at most ``max_bytes`` each into the proto (so graph passes
+    can fold them), smallest first, while their total stays within ``budget`` (the proto
+    must stay far below protobuf's 2 GB); the others stay external. Returns the number loaded."""
+    import onnx
+    from onnx.external_data_helper import load_external_data_for_tensor
+
+    sized = [(int(_entry(t, "length") or -1), i, t) for i, t in enumerate(external_tensors(model))]
+    count = total = 0
+    for length, _, t in sorted(sized, key=lambda x: (x[0], x[1])):
+        if length < 0 or length > max_bytes or total + length > budget:
+            continue
+        load_external_data_for_tensor(t, str(base_dir))
+        t.data_location = onnx.TensorProto.DEFAULT
+        del t.external_data[:]
+        total += length
+        count += 1
+    return count
+
+
+def copy_external_data(model, source_dir: str | os.PathLike, out_dir: str | os.PathLike) -> None:
+    """Copy the external-data files ``model`` refers to (relative to ``source_dir``) to
+    ``out_dir`` with the same relative names, streamed (never read into memory). Not hard
+    links: the ONNX checker refuses external data with several links (a hardlink attack)."""
+    import shutil
+
+    seen = set()
+    for t in external_tensors(model):
+        rel = _entry(t, "location")
+        if rel is None or rel in seen:
+            continue
+        seen.add(rel)
+        if os.path.isabs(rel) or os.path.normpath(rel).startswith(".."):
+            raise ValueError(f"external data location {rel!r} leaves the model's folder")
+        src, dest = Path(source_dir) / rel, Path(out_dir) / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(dest.name + ".part")
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dest)
+
+
+def save_proto(model, path: str | os.PathLike) -> None:
+    """Write ``model`` as it is (its external tensors keep their entries) through a temporary file."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_bytes(model.SerializeToString())
+    os.replace(tmp, path)

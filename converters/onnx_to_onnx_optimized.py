@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from navigator.converters.base import Converter, ConvertContext, ConvertOutcome, main
-from navigator.converters.onnx_io import save_onnx
+from navigator.converters.onnx_io import (copy_external_data, external_tensors, inline_small_external, save_onnx,
+                                          save_proto)
 from navigator.converters.registry import register
 
 
@@ -34,6 +35,9 @@ class OnnxToOnnxOptimized(Converter):
         from navigator import deps
 
         p: OnnxOptimizeParams = ctx.params
+        model = onnx.load(str(ctx.source), load_external_data=False)
+        if external_tensors(model):
+            return self._convert_external(ctx, model)
         model = onnx.load(str(ctx.source), load_external_data=True)
         names_out = [o.name for o in model.graph.output]
         graph = gs.import_onnx(model)
@@ -61,6 +65,35 @@ class OnnxToOnnxOptimized(Converter):
         save_onnx(model, ctx.output)
         onnx.checker.check_model(str(ctx.output))
         return ConvertOutcome(exporter=strategy)
+
+    def _convert_external(self, ctx: ConvertContext, model) -> ConvertOutcome:
+        """A model with external data (a > 2 GB one): its weights are never loaded. Tensors up to
+        the fold threshold (256 MiB of them at most) are read in so they can fold; the others
+        keep their entries and their files are copied beside the output (streamed). onnxslim
+        is skipped: it works on the whole model in memory."""
+        import onnx
+        import onnx_graphsurgeon as gs
+
+        p: OnnxOptimizeParams = ctx.params
+        names_out = [o.name for o in model.graph.output]
+        inlined = inline_small_external(model, ctx.source.parent, p.fold_size_threshold or 0) if p.fold_constants \
+            else 0
+        graph = gs.import_onnx(model)   # external initializers become LazyValues: exported as they are
+        before = len(graph.nodes)
+        if p.fold_constants:
+            graph.fold_constants(size_threshold=p.fold_size_threshold)
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+        model = gs.export_onnx(graph, do_type_check=True)
+        ctx.log.info("graphsurgeon (external data kept, %d small tensors read in): %d -> %d nodes", inlined, before,
+                     len(graph.nodes))
+        missing = [n for n in names_out if n not in {o.name for o in model.graph.output}]
+        if missing:
+            raise RuntimeError(f"optimization lost outputs {missing}")
+        copy_external_data(model, ctx.source.parent, ctx.output.parent)
+        save_proto(model, ctx.output)
+        onnx.checker.check_model(str(ctx.output))
+        notes = ["external data kept as it is (weights never loaded): onnxslim skipped"] if p.slim else []
+        return ConvertOutcome(exporter="graphsurgeon (external data kept)", notes=notes)
 
 
 if __name__ == "__main__":
