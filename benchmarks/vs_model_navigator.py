@@ -1,0 +1,597 @@
+"""Navigator against Triton Model Navigator 0.14 on the same models, formats and samples (CPU).
+
+    python benchmarks/vs_model_navigator.py [--models cnn,transformer,onnx] [--rounds 1]
+        [--mn-venv ~/.cache/navigator-bench/mn014] [--out benchmarks/results/vs_model_navigator_cpu.md]
+
+Model Navigator 0.14 (`triton-model-navigator==0.14.0`) is installed into a venv of its
+own outside the repository (reused when present): the wheel with `--no-deps`, then its
+Requires-Dist by hand, leaving out tensorrt, nvidia-modelopt and torch_tensorrt (no CPU
+use) and taking onnxruntime for onnxruntime-gpu; torch is pinned to 2.13.0.
+
+Per model and round the tools run alternately, each in a fresh Python process:
+Model Navigator as shipped (`mn`), Navigator (`nav`), Model Navigator made comparable
+(`mn-fair`), Navigator again, and Navigator with Model Navigator's profiling window
+(`nav-eq`). `mn-fair` differs from `mn` in two switches only: `torch.cuda.synchronize` is
+a no-op in every process of that venv (a .pth hook that acts only when
+NAVBENCH_NO_CUDA_SYNC=1 is set by this script; its torch runners call it on CPU builds and
+fail), and `autocast=False` in TorchConfig / TorchScriptConfig / TorchExportConfig (its
+default bf16 autocast on CPU is emulated and slow). Both tools get the same live module or
+ONNX file, the same two sample batches, the CPU as device, max batch size 64, and a
+tolerance of atol 1e-5, rtol 1e-4 (Polygraphy's rule, elementwise): Navigator's own
+check, and for Model Navigator a verify_func that compares with the module's eager fp32
+outputs (its VerifyModel reference is its TorchCPU runner with bf16 autocast on, ~1e-3
+off). Profiling settings are each tool's own defaults, which nearly agree: 3-10 windows
+until the last 3 agree within 10%, batch sizes doubling while throughput gains >= 5%
+(Model Navigator: windows of 25 inferences, 2 more sizes after a gain < 5%; Navigator:
+windows of >= 0.1 s and >= 10 inferences, a 20 s budget per format). `nav-eq` sets
+Navigator's window to 25 inferences with no minimum duration (a sitecustomize on that
+run's PYTHONPATH, inherited by its workers), to show the pipelines apart from the
+profiling effort.
+
+Process starts are counted with `strace -f --seccomp-bpf -e trace=execve`: every
+successful execve in the tool's process tree after its own start (Python interpreters
+and others, e.g. the C++ compiler under torch.compile, counted apart). Wall time is the
+tool process's wall time under strace; CPU time is the process tree's user + system time.
+The ratio is Navigator / mn-fair per model, on the medians over rounds, on the minima
+(the least disturbed runs when other jobs share the machine) and on CPU time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_VENV = Path.home() / ".cache" / "navigator-bench" / "mn014"
+MN_VERSION = "0.14.0"
+TORCH = "torch==2.13.0"
+# Requires-Dist of triton-model-navigator 0.14.0 that run on a CPU: tensorrt, nvidia-modelopt[onnx]
+# and torch_tensorrt are left out, onnxruntime-gpu is replaced by onnxruntime (same ~=1.20 range).
+MN_REQUIREMENTS = ["numpy<2", "dacite~=1.8", "fire>=0.4.0", "jsonlines>=3.1.0", "loguru>=0.7.2", "mpmath~=1.3",
+                   "onnx~=1.16", "onnx_graphsurgeon~=0.5", "onnxruntime~=1.20", "onnxscript", "packaging~=24.1",
+                   "polygraphy>=0.49.0", "psutil>=5.7", "py-cpuinfo>=8.0", "pynvml~=11.5", "python-slugify~=8.0",
+                   "pyyaml~=6.0", "tabulate>=0.8", "tritonclient[grpc]~=2.47", "wrapt>=1.16", "pyee>=11.1.0",
+                   "rich>=13.7.1", "protobuf>=4"]
+MODELS = {
+    # name: (kind, what, sample batches' description)
+    "cnn": ("torch", "examples/cnn.py:small_cnn", "x float32 8x3x32x32 in [0, 1)"),
+    "transformer": ("torch", "examples/transformer_block.py:transformer_block", "ids int64 8x32 in [0, 1000)"),
+    "onnx": ("onnx", "examples/tiny_classifier.onnx", "ids int64 8x16 in [0, 1000)"),
+}
+TOOLS = ("mn", "nav", "mn-fair", "nav", "nav-eq")   # the order of one round
+ATOL, RTOL = 1e-5, 1e-4
+MAX_BATCH = 64
+
+# A .pth hook for the benchmark's own venv: with NAVBENCH_NO_CUDA_SYNC=1, torch.cuda.synchronize
+# becomes a no-op as torch.cuda is imported, in every process (Model Navigator spawns many).
+PATCH_PTH = "import _navbench_patch\n"
+PATCH_MODULE = '''"""Installed by Navigator's benchmarks/vs_model_navigator.py into its own venv only."""
+import os
+import sys
+
+if os.environ.get("NAVBENCH_NO_CUDA_SYNC") == "1":
+    import importlib.abc
+    import importlib.machinery
+
+    class _Hook(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name != "torch.cuda":
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            if spec is None or spec.loader is None:
+                return spec
+            inner = spec.loader.exec_module
+
+            def exec_module(module):
+                inner(module)
+                module.synchronize = lambda device=None: None
+            spec.loader.exec_module = exec_module
+            sys.meta_path.remove(self)
+            return spec
+
+    sys.meta_path.insert(0, _Hook())
+'''
+
+# For `nav-eq` only, put on PYTHONPATH of that run (Navigator's workers inherit it): profiling
+# windows of 25 inferences with no minimum duration, Model Navigator's default window.
+EQUAL_WINDOWS_SITECUSTOMIZE = '''"""Written by Navigator's benchmarks/vs_model_navigator.py for its nav-eq runs only."""
+import os
+import sys
+
+if os.environ.get("NAVBENCH_EQUAL_WINDOWS") == "1":
+    import importlib.abc
+    import importlib.machinery
+
+    class _Hook(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name != "navigator.profiling":
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            if spec is None or spec.loader is None:
+                return spec
+            inner = spec.loader.exec_module
+
+            def exec_module(module):
+                inner(module)
+                original = module.ProfileSettings
+
+                def settings(*args, **kwargs):
+                    s = original(*args, **kwargs)
+                    s.window_s, s.window_min_iters = 0.0, 25
+                    return s
+                module.ProfileSettings = settings
+            spec.loader.exec_module = exec_module
+            sys.meta_path.remove(self)
+            return spec
+
+    sys.meta_path.insert(0, _Hook())
+'''
+
+SAMPLES_CODE = '''
+def make_samples(model):
+    import numpy as np
+    rng = np.random.default_rng(0)
+    if model == "cnn":
+        return [{"x": rng.random((8, 3, 32, 32), dtype=np.float32)} for _ in range(2)]
+    if model == "transformer":
+        return [{"ids": rng.integers(0, 1000, (8, 32), dtype=np.int64)} for _ in range(2)]
+    return [{"ids": rng.integers(0, 1000, (8, 16), dtype=np.int64)} for _ in range(2)]
+
+
+def load_factory(root, spec):
+    import importlib.util
+    file, _, name = spec.partition(":")
+    mod_spec = importlib.util.spec_from_file_location("bench_model", f"{root}/{file}")
+    module = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(module)
+    return getattr(module, name)()
+
+
+def close(a, b, atol, rtol):
+    import numpy as np
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        return False
+    diff = np.abs(a - b)
+    return bool(np.all((diff <= atol) | (diff <= rtol * np.abs(b))))
+'''
+
+# Runs inside the Model Navigator venv. Spawned children import it as __mp_main__: all work under the guard.
+MN_CHILD = SAMPLES_CODE + '''
+
+_REFERENCE = []
+
+
+def fp32_reference():
+    """The module's eager fp32 outputs on the samples, flat, in order. Model Navigator's own
+    reference in VerifyModel is its TorchCPU runner with its default bf16 autocast (~1e-3 off),
+    so the verify function compares with this one instead (as Navigator does)."""
+    if not _REFERENCE:
+        import json, os
+        import torch
+        args = json.loads(os.environ["NAVBENCH_ARGS"])
+        module = load_factory(args["root"], args["spec"])
+        for s in make_samples(args["model"]):
+            with torch.inference_mode():
+                out = module(**{k: torch.from_numpy(v) for k, v in s.items()})
+            if isinstance(out, torch.Tensor):
+                out = [out]
+            elif isinstance(out, dict):
+                out = list(out.values())
+            _REFERENCE.append([t.float().numpy() for t in out])
+    return _REFERENCE
+
+
+def verify_func(ys_runner, ys_expected):
+    ys_runner, ys_expected = list(ys_runner), list(ys_expected)
+    reference = fp32_reference()
+    if len(ys_runner) != len(reference):
+        return False
+    for got, ref in zip(ys_runner, reference):
+        if len(got) != len(ref):
+            return False
+        if not all(close(g, r, ATOL, RTOL) for g, r in zip(got.values(), ref)):
+            return False
+    return True
+
+
+def main():
+    import json, sys, time
+    args = json.loads(sys.argv[1])
+    start = time.perf_counter()
+    import model_navigator as nav
+    from model_navigator.configuration import DeviceKind, OptimizationProfile
+    kind, spec, model = args["kind"], args["spec"], args["model"]
+    samples = make_samples(model)
+    profile = OptimizationProfile(max_batch_size=args["max_batch"])
+    common = dict(target_device=DeviceKind.CPU, optimization_profile=profile, workspace=args["workspace"],
+                  verify_func=verify_func)
+    if kind == "torch":
+        import torch
+        module = load_factory(args["root"], spec)
+        loader = [{k: torch.from_numpy(v) for k, v in s.items()} for s in samples]
+        if model == "cnn":   # a single positional input
+            loader = [s["x"] for s in loader]
+        custom = []
+        if args["fair"]:
+            custom = [nav.TorchConfig(autocast=False), nav.TorchScriptConfig(autocast=False),
+                      nav.TorchExportConfig(autocast=False)]
+        nav.torch.optimize(model=module, dataloader=loader, sample_count=len(loader), custom_configs=custom,
+                           target_formats=("torchscript", "torch-exportedprogram", "onnx"), **common)
+    else:
+        nav.onnx.optimize(model=f"{args['root']}/{spec}", dataloader=samples, sample_count=len(samples),
+                          target_formats=("onnx",), **common)
+    print("NAVBENCH_INNER_S", time.perf_counter() - start)
+
+
+ATOL, RTOL = %r, %r
+
+if __name__ == "__main__":
+    main()
+'''
+
+NAV_CHILD = SAMPLES_CODE + '''
+
+def main():
+    import json, sys, time
+    args = json.loads(sys.argv[1])
+    start = time.perf_counter()
+    sys.path.insert(0, args["root"])
+    import navigator
+    kind, spec, model = args["kind"], args["spec"], args["model"]
+    samples = make_samples(model)
+    source = load_factory(args["root"], spec) if kind == "torch" else f"{args['root']}/{spec}"
+    targets = ["torchscript", "torch_export", "onnx"] if kind == "torch" else ["onnx"]
+    result = navigator.convert(source, samples, targets=targets, workdir=args["workspace"], progress=False,
+                               max_batch_size=args["max_batch"], atol=ATOL, rtol=RTOL)
+    print("NAVBENCH_INNER_S", time.perf_counter() - start, "exit", result.exit_code)
+
+
+ATOL, RTOL = %r, %r
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+# --------------------------------------------------------------------------- setup
+def ensure_mn_venv(venv: Path) -> Path:
+    """The Model Navigator venv's python, built when missing."""
+    python = venv / "bin" / "python"
+    marker = venv / ".navbench-ready"
+    if not marker.exists():
+        print(f"installing triton-model-navigator=={MN_VERSION} into {venv} (once) ...", flush=True)
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        pip = [str(python), "-m", "pip", "install", "-q"]
+        subprocess.run(pip + ["--no-deps", f"triton-model-navigator=={MN_VERSION}"], check=True)
+        subprocess.run(pip + [TORCH] + MN_REQUIREMENTS, check=True)
+        marker.write_text(f"triton-model-navigator=={MN_VERSION}\n")
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    (site / "_navbench_patch.py").write_text(PATCH_MODULE)
+    (site / "_navbench_patch.pth").write_text(PATCH_PTH)
+    return python
+
+
+def _versions(python: Path, names: list[str]) -> dict:
+    code = ("import importlib.metadata as m, json, sys\n"
+            "out = {}\n"
+            "for n in sys.argv[1:]:\n"
+            "    try: out[n] = m.version(n)\n"
+            "    except Exception: out[n] = None\n"
+            "print(json.dumps(out))")
+    res = subprocess.run([str(python), "-c", code, *names], capture_output=True, text=True)
+    return json.loads(res.stdout) if res.returncode == 0 else {}
+
+
+def machine() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gib = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem_gib = int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "ram_gib": mem_gib, "python": platform.python_version(),
+            "os": platform.platform()}
+
+
+# --------------------------------------------------------------------------- one run
+_EXEC_OK = re.compile(r'^(\d+)\s+(?:execve\("([^"]*)"|<\.\.\. execve resumed>).*\)\s+=\s+0\s*$')
+_EXEC_START = re.compile(r'^(\d+)\s+execve\("([^"]*)"')
+
+
+def count_execs(trace: Path) -> dict:
+    """Successful execve calls in an strace -f log, less the tool process's own."""
+    pending: dict[str, str] = {}
+    programs: list[str] = []
+    for line in trace.read_text(errors="replace").splitlines():
+        start = _EXEC_START.match(line)
+        if start and line.rstrip().endswith("<unfinished ...>"):
+            pending[start.group(1)] = start.group(2)
+            continue
+        ok = _EXEC_OK.match(line)
+        if ok:
+            programs.append(ok.group(2) or pending.pop(ok.group(1), "?"))
+    programs = programs[1:]   # the tool process itself
+    python = sum(1 for p in programs if re.search(r"python[\d.]*$", p))
+    return {"total": len(programs), "python": python, "other": len(programs) - python}
+
+
+def run_tool(tool: str, model: str, python_by_tool: dict, scripts: dict, tmp: Path) -> dict:
+    kind, spec, _ = MODELS[model]
+    ws = tmp / f"{model}-{tool}-{time.monotonic_ns()}"
+    ws.mkdir()
+    args = {"kind": kind, "spec": spec, "model": model, "root": str(ROOT), "workspace": str(ws / "workspace"),
+            "fair": tool == "mn-fair", "max_batch": MAX_BATCH}
+    env = dict(os.environ)
+    env.pop("NAVBENCH_NO_CUDA_SYNC", None)
+    if tool == "mn-fair":
+        env["NAVBENCH_NO_CUDA_SYNC"] = "1"
+    env["NAVBENCH_ARGS"] = json.dumps(args)
+    env.pop("NAVBENCH_EQUAL_WINDOWS", None)
+    if tool == "nav-eq":
+        env["NAVBENCH_EQUAL_WINDOWS"] = "1"
+        env["PYTHONPATH"] = os.pathsep.join([str(scripts["eq"])] + [p for p in [env.get("PYTHONPATH")] if p])
+    kind_ = "nav" if tool.startswith("nav") else "mn"
+    python = python_by_tool[kind_]
+    trace = ws / "execve.trace"
+    cmd = [python, scripts[kind_], json.dumps(args)]
+    if shutil.which("strace"):
+        cmd = ["strace", "-f", "--seccomp-bpf", "-qq", "-e", "trace=execve", "-o", str(trace)] + cmd
+    load = float(Path("/proc/loadavg").read_text().split()[0]) if Path("/proc/loadavg").exists() else None
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run([str(c) for c in cmd], cwd=ws, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    (ws / "tool.log").write_text(proc.stdout + proc.stderr)
+    execs = count_execs(trace) if trace.exists() else {"total": None, "python": None, "other": None}
+    summary = (summarize_nav if tool.startswith("nav") else summarize_mn)(ws / "workspace")
+    summary.update(tool=tool, model=model, wall_s=wall, cpu_s=cpu, returncode=proc.returncode, execs=execs,
+                   log=str(ws / "tool.log"), load=load)
+    return summary
+
+
+def summarize_nav(workdir: Path) -> dict:
+    import yaml
+
+    out = {"pairs": 0, "verified": 0, "profiled": 0, "best": None, "formats": {}}
+    status_files = list(workdir.glob("*.nav.workspace/status.yaml"))
+    if not status_files:
+        return out
+    st = yaml.safe_load(status_files[0].read_text())
+    stages = {"convert": 0.0, "verify": 0.0, "load": 0.0, "profile": 0.0}
+    for key, fs in (st.get("formats") or {}).items():
+        stages["convert"] += (fs.get("convert") or {}).get("duration_s") or 0.0
+        for rkey, rs in (fs.get("runners") or {}).items():
+            stages["verify"] += (rs.get("verify") or {}).get("duration_s") or 0.0
+            stages["load"] += (rs.get("verify") or {}).get("load_s") or 0.0
+            stages["profile"] += (rs.get("profile") or {}).get("duration_s") or 0.0
+            out["pairs"] += 1
+            v = rs.get("verify", {}).get("status")
+            p = rs.get("profile", {}).get("status")
+            out["verified"] += v == "ok"
+            out["profiled"] += p == "ok"
+            out["formats"][f"{key}/{rkey}"] = {"convert": fs.get("convert", {}).get("status"), "verify": v,
+                                               "profile": p}
+    out["stages"] = stages
+    best = st.get("best") or {}
+    if best.get("throughput"):
+        out["best"] = (f"{best['key']}/{best['runner']}", best["throughput"], best.get("batch_size"))
+    return out
+
+
+def summarize_mn(workspace: Path) -> dict:
+    """Model Navigator's status.yaml: a (format, runner) pair is verified when Correctness
+    and VerifyModel (our verify_func, atol/rtol as for Navigator) are OK, profiled when
+    Performance is OK."""
+    import yaml
+
+    out = {"pairs": 0, "verified": 0, "profiled": 0, "best": None, "formats": {}}
+    path = workspace / "status.yaml"
+    if not path.exists():
+        return out
+    st = yaml.safe_load(path.read_text())
+    best = None
+    for key, ms in (st.get("models_status") or {}).items():
+        for rname, rs in (ms.get("runners_status") or {}).items():
+            status = rs.get("status") or {}
+            out["pairs"] += 1
+            verified = status.get("Correctness") == "OK" and status.get("VerifyModel") == "OK"
+            profiled = status.get("Performance") == "OK"
+            out["verified"] += verified
+            out["profiled"] += profiled
+            out["formats"][f"{key}/{rname}"] = {k: v for k, v in status.items()}
+            perf = ((rs.get("result") or {}).get("Performance") or {}).get("profiling_results") or []
+            for r in perf:
+                thr = r.get("throughput")
+                if verified and thr and (best is None or thr > best[1]):
+                    best = (f"{key}/{rname}", thr, r.get("batch_size"))
+    out["best"] = best
+    return out
+
+
+# --------------------------------------------------------------------------- report
+def table(rows: list[dict]) -> list[str]:
+    header = "| model | tool | wall s | CPU s | verified | profiled | best (format/runner) | throughput /s @ batch | " \
+             "process starts (python + other) | load avg before | Navigator / mn-fair |"
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    by_model: dict[str, list[dict]] = {}
+    for r in rows:
+        by_model.setdefault(r["model"], []).append(r)
+    for model, rs in by_model.items():
+        fair = [r["wall_s"] for r in rs if r["tool"] == "mn-fair"]
+        for r in rs:
+            best = r["best"]
+            ratio = ""
+            if r["tool"].startswith("nav") and fair:
+                ratio = f"{r['wall_s'] / statistics.median(fair):.2f}"
+            e = r["execs"]
+            starts = f"{e['total']} ({e['python']} + {e['other']})" if e["total"] is not None else "n/a"
+            lines.append(f"| {model} | {r['tool']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | "
+                         f"{r['verified']}/{r['pairs']} | "
+                         f"{r['profiled']}/{r['pairs']} | {best[0] if best else '-'} | "
+                         f"{f'{best[1]:,.0f} @ {best[2]}' if best else '-'} | {starts} | "
+                         f"{r['load'] if r['load'] is not None else ''} | {ratio} |")
+    return lines
+
+
+def breakdown(rows: list[dict]) -> list[str]:
+    """Where a Navigator run's wall time went, from its status.yaml: the sums of the recorded
+    step durations (verify includes loading the runner, e.g. torch.compile's compile) and the
+    rest (process start, imports, samples, reference, workspace writes)."""
+    header = "| model | tool | wall s | convert s | verify s (of it loading) | profile s | rest s |"
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    for r in rows:
+        st = r.get("stages")
+        if not st:
+            continue
+        rest = r["wall_s"] - st["convert"] - st["verify"] - st["profile"]
+        lines.append(f"| {r['model']} | {r['tool']} | {r['wall_s']:.1f} | {st['convert']:.1f} | {st['verify']:.1f} "
+                     f"({st['load']:.1f}) | {st['profile']:.1f} | {rest:.1f} |")
+    return lines
+
+
+def summary_lines(rows: list[dict]) -> list[str]:
+    """Per model: Navigator / mn-fair on the median and on the minimum wall time (the least
+    disturbed run, when other work shares the machine), and on the median CPU time."""
+    lines = []
+    for model in dict.fromkeys(r["model"] for r in rows):
+        pick = {t: [r for r in rows if r["model"] == model and r["tool"] == t and r["returncode"] == 0]
+                for t in ("mn", "mn-fair", "nav", "nav-eq")}
+        if not pick["nav"] or not pick["mn-fair"]:
+            continue
+        wall = {t: [r["wall_s"] for r in rs] for t, rs in pick.items() if rs}
+        cpu = {t: [r["cpu_s"] for r in rs] for t, rs in pick.items() if rs}
+        med = {t: statistics.median(w) for t, w in wall.items()}
+        low = {t: min(w) for t, w in wall.items()}
+        shipped = f", as shipped {med['mn']:.1f} s" if "mn" in med else ""
+        lines.append(f"- {model}: Navigator {med['nav']:.1f} s median / {low['nav']:.1f} s min over "
+                     f"{len(wall['nav'])} runs; Model Navigator comparable {med['mn-fair']:.1f} / "
+                     f"{low['mn-fair']:.1f} s{shipped}. Navigator / comparable: **{med['nav'] / med['mn-fair']:.2f}** "
+                     f"on medians, {low['nav'] / low['mn-fair']:.2f} on minima, "
+                     f"{statistics.median(cpu['nav']) / statistics.median(cpu['mn-fair']):.2f} on CPU time.")
+        if "nav-eq" in med:
+            lines.append(f"  With Model Navigator's profiling window (25 inferences, `nav-eq`): {med['nav-eq']:.1f} s "
+                         f"median / {low['nav-eq']:.1f} s min, **{med['nav-eq'] / med['mn-fair']:.2f}** of the "
+                         f"comparable on medians, {low['nav-eq'] / low['mn-fair']:.2f} on minima.")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="cnn,transformer,onnx", help="comma-separated: cnn, transformer, onnx")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of mn, nav, mn-fair, nav per model")
+    parser.add_argument("--mn-venv", type=Path, default=DEFAULT_VENV, help="Model Navigator's venv (built if missing)")
+    parser.add_argument("--tools", default=",".join(dict.fromkeys(TOOLS)), help="a subset of mn, nav, mn-fair")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "vs_model_navigator_cpu.md")
+    parser.add_argument("--no-write", action="store_true", help="print the table only")
+    parser.add_argument("--keep", action="store_true", help="keep the workspaces (their folder is printed)")
+    args = parser.parse_args()
+
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    bad = [m for m in models if m not in MODELS]
+    if bad:
+        parser.error(f"unknown model {bad[0]!r}; known: {', '.join(MODELS)}")
+    wanted = {t.strip() for t in args.tools.split(",")}
+    mn_python = ensure_mn_venv(args.mn_venv.expanduser())
+    tmp = Path(tempfile.mkdtemp(prefix="navbench-"))
+    scripts = {"mn": tmp / "mn_child.py", "nav": tmp / "nav_child.py"}
+    scripts["mn"].write_text(MN_CHILD % (ATOL, RTOL))
+    scripts["nav"].write_text(NAV_CHILD % (ATOL, RTOL))
+    scripts["eq"] = tmp / "equal_windows"
+    scripts["eq"].mkdir()
+    (scripts["eq"] / "sitecustomize.py").write_text(EQUAL_WINDOWS_SITECUSTOMIZE)
+    pythons = {"mn": mn_python, "nav": Path(sys.executable)}
+    rows: list[dict] = []
+    try:
+        for model in models:
+            for _ in range(args.rounds):
+                for tool in TOOLS:
+                    if tool not in wanted:
+                        continue
+                    r = run_tool(tool, model, pythons, scripts, tmp)
+                    rows.append(r)
+                    best = r["best"]
+                    print(f"{model:<12} {tool:<8} {r['wall_s']:7.1f} s  exit {r['returncode']}  verified "
+                          f"{r['verified']}/{r['pairs']}  profiled {r['profiled']}/{r['pairs']}  starts "
+                          f"{r['execs']['total']}  best {best[0] if best else '-'}", flush=True)
+                    if r["returncode"] != 0:
+                        print(f"    (see {r['log']})", flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"workspaces kept in {tmp}")
+    lines = table(rows)
+    print("\n" + "\n".join(lines))
+    parts = breakdown(rows)
+    print("\n" + "\n".join(parts))
+    summary = summary_lines(rows)
+    print("\n".join(summary))
+    if args.no_write:
+        return
+    mach = machine()
+    nav_v = _versions(Path(sys.executable), ["navigator", "torch", "onnx", "onnxruntime", "numpy", "polygraphy"])
+    mn_v = _versions(mn_python, ["triton-model-navigator", "torch", "onnx", "onnxruntime", "numpy", "polygraphy"])
+    text = ["# Navigator vs Triton Model Navigator 0.14 on a CPU", "",
+            f"Written by `benchmarks/vs_model_navigator.py --models {','.join(models)} --rounds {args.rounds}` "
+            f"on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
+            f"Machine: {mach['cpu']}, {mach['cores']} cores, {mach['ram_gib']:.1f} GiB RAM, Python {mach['python']}, "
+            f"{mach['os']}, no GPU.", "",
+            "Versions: Navigator venv " + ", ".join(f"{k} {v}" for k, v in nav_v.items()) + "; Model Navigator venv "
+            + ", ".join(f"{k} {v}" for k, v in mn_v.items()) + ".", "",
+            "Models and samples (the same two batches for both tools): "
+            + "; ".join(f"`{m}` = {MODELS[m][1]} ({MODELS[m][2]})" for m in models) + ".", "",
+            "Targets: torch sources -> torchscript, torch.export (ExportedProgram), onnx, besides the source's own "
+            "eager and torch.compile runners; the ONNX file -> its onnx runner. Model Navigator's TorchScript target "
+            "makes two variants by default (script and trace); Navigator traces.", "",
+            "Tools: `mn` = Model Navigator as shipped (target_device CPU); `mn-fair` = the same with "
+            "`torch.cuda.synchronize` a no-op (a .pth hook in the benchmark's own venv) and `autocast=False` in "
+            "TorchConfig, TorchScriptConfig and TorchExportConfig; `nav` = Navigator (`navigator.convert` on the live "
+            "module or the file); `nav-eq` = Navigator with Model Navigator's profiling window (25 inferences, no "
+            "minimum duration, set through a sitecustomize on that run's PYTHONPATH; Navigator's own window is "
+            ">= 0.1 s and >= 10 inferences). Verified = (format, runner) pairs whose outputs pass atol 1e-5 / "
+            "rtol 1e-4 "
+            "(Navigator's own check; Model Navigator's Correctness + VerifyModel with that verify_func); profiled = "
+            "pairs with a throughput result. Profiling: each tool's defaults with max batch size 64 "
+            "(see the script's docstring).", "",
+            "Process starts: successful execve calls in the tool's process tree (`strace -f --seccomp-bpf -e "
+            "trace=execve`), excluding the tool process itself; python interpreters + other programs (torch.compile "
+            "runs the C++ compiler). Wall time: the tool process, under strace. CPU s: user + system time of the "
+            "tool's process tree. Load avg before: /proc/loadavg (1 min) as the run started; other jobs on the machine "
+            "make wall times and throughputs noisy, so the summary gives medians and minima.", "",
+            *lines, "", *summary, "", "## Where Navigator's time goes", "",
+            "Sums of the step durations in each Navigator run's status.yaml (verify includes loading the runner, "
+            "e.g. the torch.compile compile); rest = wall - the steps: process start, imports, samples, reference "
+            "outputs, workspace writes.", "", *parts, ""]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(text))
+    print(f"\nwritten: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
