@@ -24,6 +24,20 @@ def _pyplot():
     return plt
 
 
+def _finish(plt, fig, ax, path: Path, xlabel: str, ylabel: str, title: str, *, legend: int | None) -> Path:
+    """Labels, grid, the legend at font size ``legend`` (None: no legend); save and close."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    if legend is not None:
+        ax.legend(fontsize=legend)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def throughput_v_latency(path: Path, configs: list[dict], *, chosen: str | None, max_p99_ms: float | None,
                          title: str) -> Path:
     """``configs``: status-like dicts {name, results: [{concurrency, throughput, latency_ms}]}, ranked."""
@@ -42,16 +56,8 @@ def throughput_v_latency(path: Path, configs: list[dict], *, chosen: str | None,
             ax.annotate(str(r["concurrency"]), (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7)
     if max_p99_ms is not None:
         ax.axvline(max_p99_ms, color="red", linestyle="--", linewidth=1, label=f"max p99 {max_p99_ms:g} ms")
-    ax.set_xlabel("p99 latency (ms)")
-    ax.set_ylabel("throughput (inferences/s)")
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, alpha=0.3)
-    if shown:
-        ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _finish(plt, fig, ax, path, "p99 latency (ms)", "throughput (inferences/s)", title,
+                   legend=7 if shown else None)
 
 
 def latency_v_concurrency(path: Path, config: dict, *, title: str) -> Path:
@@ -66,16 +72,8 @@ def latency_v_concurrency(path: Path, config: dict, *, title: str) -> Path:
             suffix = f" (batch {b})" if len(batch_sizes) > 1 else ""
             ax.plot(xs, [r["latency_ms"].get(q) for r in row], style, marker="o", label=q + suffix)
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("concurrency (requests in flight)")
-    ax.set_ylabel("latency (ms)")
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, alpha=0.3)
-    if pts:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _finish(plt, fig, ax, path, "concurrency (requests in flight)", "latency (ms)", title,
+                   legend=8 if pts else None)
 
 
 def gpu_mem_v_latency(path: Path, points: list[tuple[str, float, float]], *, title: str) -> Path:
@@ -84,13 +82,5 @@ def gpu_mem_v_latency(path: Path, points: list[tuple[str, float, float]], *, tit
     fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
     for name, p99, mem in points:
         ax.scatter([p99], [mem], label=name)
-    ax.set_xlabel("p99 latency (ms)")
-    ax.set_ylabel("GPU memory used (MB)")
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, alpha=0.3)
-    if points:
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _finish(plt, fig, ax, path, "p99 latency (ms)", "GPU memory used (MB)", title,
+                   legend=7 if points else None)
