@@ -64,6 +64,27 @@ def foldable_mlp(features: int = 8, seed: int = 2) -> onnx.ModelProto:
                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", features])], inits)
 
 
+def foldable_mlp_w1() -> np.ndarray:
+    """foldable_mlp's weight ``w1`` (its default arguments)."""
+    return {i.name: numpy_helper.to_array(i) for i in foldable_mlp().graph.initializer}["w1"]
+
+
+def foldable_mlp_torch():
+    """The same function as foldable_mlp, with its weights, as a torch module (eval mode)
+    returning a one-tuple; torch is imported only here."""
+    import torch
+
+    class MLP(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.from_numpy(foldable_mlp_w1().copy()))
+
+        def forward(self, x):
+            return (torch.relu(x @ (self.w * 2.0)),)
+
+    return MLP().eval()
+
+
 def small_cnn(channels: int = 8, classes: int = 4, seed: int = 3) -> onnx.ModelProto:
     """Conv (with bias) + Relu + global pool + MatMul on x [batch, 3, h, w]: three
     dynamic dims; the shape of net that fp16 casts and int8 Q/DQ (per-channel

@@ -54,26 +54,12 @@ def server_env():
     return prepare(quiet=True)
 
 
-def _w1() -> np.ndarray:
-    from onnx import numpy_helper
-
-    return {i.name: numpy_helper.to_array(i) for i in models.foldable_mlp().graph.initializer}["w1"]
-
-
 def _add_torch_export(ws: Path, tmp: Path) -> None:
     """A torch_export artifact of the same function (y = relu(x @ 2 w1)), checked against the
     stored reference outputs before status.yaml records it as verified."""
     import torch
 
-    class MLP(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.w = torch.nn.Parameter(torch.from_numpy(_w1().copy()))
-
-        def forward(self, x):
-            return (torch.relu(x @ (self.w * 2.0)),)
-
-    module = MLP().eval()
+    module = models.foldable_mlp_torch()
     ep = torch.export.export(module, (torch.rand(4, 8),),
                              dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=64)},))
     dest = ws / "formats" / "torch_export" / "model.pt2"
@@ -185,7 +171,7 @@ def test_ensemble_with_pre_and_post_processing(server):
     import tritonclient.http as httpclient
 
     pixels = np.random.default_rng(3).integers(0, 256, size=(5, 8), dtype=np.uint8)
-    y = np.maximum((pixels / 255.0).astype(np.float32) @ (_w1() * 2.0), 0)
+    y = np.maximum((pixels / 255.0).astype(np.float32) @ (models.foldable_mlp_w1() * 2.0), 0)
     for mod, url in ((httpclient, server.http_url), (grpcclient, server.grpc_url)):
         out = _infer(mod, url, "mlp_ens", {"pixels": pixels}, ["label", "score"])
         assert out["label"].dtype == np.int64 and out["label"].shape == (5, 1)

@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from google.protobuf import text_format
-from onnx import numpy_helper
 from tritonclient.grpc import model_config_pb2 as mc
 
 import navigator
@@ -128,27 +127,6 @@ def mlp(tmp_path_factory) -> Path:
     return result.workspace
 
 
-def _w1() -> np.ndarray:
-    inits = {i.name: numpy_helper.to_array(i) for i in models.foldable_mlp().graph.initializer}
-    return inits["w1"]
-
-
-def _torch_module():
-    import torch
-
-    class MLP(torch.nn.Module):
-        """The same function as tests/models.py's foldable_mlp, with its weights."""
-
-        def __init__(self):
-            super().__init__()
-            self.w = torch.nn.Parameter(torch.from_numpy(_w1().copy()))
-
-        def forward(self, x):
-            return (torch.relu(x @ (self.w * 2.0)),)
-
-    return MLP().eval()
-
-
 def add_format(ws: Path, key: str, fmt: str, artifact: Path, io_names: dict, runner: str, load, exporter: str) -> None:
     """Put an artifact made in the test into the workspace as a verified format: it is run
     on every stored sample (``load(path)`` gives a callable on torch tensors) and compared with
@@ -185,7 +163,7 @@ def torch_ws(mlp, tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("torch_ws")
     ws = tmp / mlp.name
     shutil.copytree(mlp, ws)
-    module = _torch_module()
+    module = models.foldable_mlp_torch()
     x = torch.rand(4, 8)
     ep = torch.export.export(module, (x,), dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=64)},))
     torch.export.save(ep, str(tmp / "model.pt2"))
@@ -335,7 +313,7 @@ def test_ensemble_with_pre_and_post_processing(mlp, tmp_path, pb_utils, cli):
     # the chain, run step by step through the ensemble's maps, equals the function computed directly
     pixels = np.random.default_rng(3).integers(0, 256, size=(5, 8), dtype=np.uint8)
     out = _run_ensemble(pb_utils, repo, ens, {"pixels": pixels})
-    w = _w1() * 2.0
+    w = models.foldable_mlp_w1() * 2.0
     y = np.maximum((pixels / 255.0).astype(np.float32) @ w, 0)
     np.testing.assert_array_equal(out["label"][:, 0], y.argmax(-1))
     np.testing.assert_allclose(out["score"][:, 0], y.max(-1), rtol=1e-5, atol=1e-6)
