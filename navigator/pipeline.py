@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from navigator import deps, formats, runners
+from navigator._worker import DISK_FULL_ERRNOS, EXIT_DISK_FULL
 from navigator.config import NavigatorConfig
 from navigator.errors import Interrupted, NavigatorError, UserInputError
 from navigator.workspace import npz
@@ -481,7 +482,7 @@ def _with_tail(reason: str, tail: str) -> str:
 
 
 def run_job(ctx: RunContext, name: str, tasks: list[dict], log_path: Path, sys_path: list[str]) -> None:
-    from navigator import _worker, isolation
+    from navigator import isolation
 
     job = {"workspace": str(ctx.ws.root), "events": str(ctx.ws.jobs_dir / f"{name}.events.jsonl"),
            "tasks": tasks, "sys_path": sys_path, "log_level": "INFO", "parent_pid": os.getpid()}
@@ -496,7 +497,7 @@ def run_job(ctx: RunContext, name: str, tasks: list[dict], log_path: Path, sys_p
         fs = ctx.status.formats.get(task.get("key"))
         if task["kind"] == "format" and fs is not None and outcome.peak_rss_mb is not None:
             fs.peak_rss_mb = max(fs.peak_rss_mb or 0.0, outcome.peak_rss_mb)
-    if outcome.returncode == _worker.EXIT_DISK_FULL:
+    if outcome.returncode == EXIT_DISK_FULL:
         raise WorkspaceFull(ctx.ws, f"the worker of {name} could not write its events: No space left on device")
     if outcome.reason:
         log.warning("worker %s: %s", name, outcome.reason)
@@ -507,7 +508,6 @@ def run_job(ctx: RunContext, name: str, tasks: list[dict], log_path: Path, sys_p
 
 
 # --------------------------------------------------------------------------- a full disk
-DISK_FULL_ERRNOS = (28, 122)                                   # ENOSPC, EDQUOT
 _DISK_FULL_TEXT = ("No space left on device", "Disk quota exceeded", "[Errno 28]", "[Errno 122]")
 
 
