@@ -114,7 +114,7 @@ if os.environ.get("NAVBENCH_EQUAL_WINDOWS") == "1":
 
     class _Hook(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path, target=None):
-            if name != "navigator.profiling":
+            if name != "navigator.execution.profiling":
                 return None
             spec = importlib.machinery.PathFinder.find_spec(name, path)
             if spec is None or spec.loader is None:

@@ -42,7 +42,7 @@ class ConvertContext:
     batch_dim: int | None = None
     samples_dir: Path | None = None
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("navigator.convert"))
-    live: Any = None                      # navigator.torch_support.LiveModel for edges that need the module
+    live: Any = None                      # navigator.sources.torch_support.LiveModel for edges that need the module
 
 
 @dataclass
@@ -65,9 +65,6 @@ class Converter:
     requires: ClassVar[tuple[str, ...]] = ()
     devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
     Params: ClassVar[type] = ConverterParams
-    # True when the converter may crash the process (TensorRT builds, fp16
-    # sessions): it gets a fresh worker of its own.
-    crash_prone: ClassVar[bool] = False
     # True when the edge needs the live source object (a torch.nn.Module): it runs
     # in the calling process for a live object, in a worker for file.py:factory.
     needs_live: ClassVar[bool] = False
@@ -123,8 +120,9 @@ class Converter:
 
 
 def context_from_workspace(workspace: str | os.PathLike, source: str, output: str, params: Any,
-                           device: str = "cpu", *, needs_live: bool = False) -> ConvertContext:
-    """A context for a converter run from files (workers and reproduce.sh)."""
+                           device: str = "cpu", *, needs_live: bool = False, live: Any = None) -> ConvertContext:
+    """A context for a converter run from files (workers and reproduce.sh). ``live``: the
+    module of a live source, handed over by a job run in the calling process."""
     from navigator.workspace import status as status_mod
     from navigator.workspace.layout import Workspace
 
@@ -134,9 +132,9 @@ def context_from_workspace(workspace: str | os.PathLike, source: str, output: st
                          device=device, signature=st.signature, shape_profiles=st.shape_profiles,
                          batch_dim=st.batch_dim, samples_dir=ws.inputs_dir)
     if needs_live:
-        from navigator.torch_support import live_from_workspace
+        from navigator.sources.torch_support import live_from_workspace
 
-        ctx.live = live_from_workspace(ws.root, st.signature, st.shape_profiles)
+        ctx.live = live_from_workspace(ws.root, st.signature, st.shape_profiles, live)
     return ctx
 
 

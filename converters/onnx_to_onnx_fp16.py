@@ -65,7 +65,6 @@ class OnnxToOnnxFp16(Converter):
     requires = ("onnx", "onnxconverter_common")
     devices = ("cpu", "cuda")
     Params = OnnxFp16Params
-    crash_prone = True
 
     def convert(self, ctx: ConvertContext) -> ConvertOutcome:
         import importlib.metadata

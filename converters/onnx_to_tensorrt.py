@@ -29,7 +29,6 @@ class _OnnxToEngine(Converter):
 
     builder: ClassVar[str] = "tensorrt"
     Params = TensorRTParams
-    crash_prone = True
 
     @classmethod
     def precision(cls) -> str:

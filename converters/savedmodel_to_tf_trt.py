@@ -49,7 +49,6 @@ class SavedModelToTfTrt(Converter):
     requires = ("tensorflow",)
     devices = ("cpu", "cuda")             # the reasons below say where it cannot run
     Params = TfTrtParams
-    crash_prone = True
 
     @classmethod
     def unavailable_reason(cls, device: str) -> str | None:

@@ -21,7 +21,6 @@ class TorchExportToAoti(Converter):
     source = "torch_export"
     target = "aoti"
     requires = ("torch",)
-    crash_prone = True
     Params = AotiParams
 
     def convert(self, ctx: ConvertContext) -> ConvertOutcome:
@@ -29,7 +28,7 @@ class TorchExportToAoti(Converter):
 
         ep = torch.export.load(str(ctx.source))
         if ctx.device == "cuda":
-            from navigator.torch_support import dynamic_shapes, to_tensors
+            from navigator.sources.torch_support import dynamic_shapes, to_tensors
             from navigator.workspace import npz
 
             sample = npz.load(sorted(ctx.samples_dir.glob("*.npz"))[0])

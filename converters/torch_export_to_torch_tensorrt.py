@@ -39,7 +39,6 @@ class TorchExportToTorchTensorRT(Converter):
     requires = ("torch", "torch_tensorrt")
     devices = ("cuda",)
     Params = TorchTensorRTParams
-    crash_prone = True
 
     @classmethod
     def unavailable_reason(cls, device: str) -> str | None:

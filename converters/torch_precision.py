@@ -16,7 +16,6 @@ from navigator.converters.registry import register
 from navigator.converters.torch_export_to_aoti import TorchExportToAoti
 
 DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
-CUDA_ONLY = "reduced-precision PyTorch variants are built and run on CUDA"
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,7 @@ class _Export(Converter):
     def convert(self, ctx: ConvertContext) -> ConvertOutcome:
         import torch
 
-        from navigator.torch_support import cast_module, dynamic_shapes
+        from navigator.sources.torch_support import cast_module, dynamic_shapes
 
         live = ctx.live
         module = cast_module(live.module, DTYPES[self.precision]).to("cuda")

@@ -38,7 +38,7 @@ def _export(strategy: str, ctx: ConvertContext, params: TorchOnnxParams) -> None
 
     import torch
 
-    from navigator.torch_support import dynamic_shapes
+    from navigator.sources.torch_support import dynamic_shapes
 
     live = ctx.live
     sig = ctx.signature
@@ -74,7 +74,7 @@ class TorchToOnnx(Converter):
 
     @classmethod
     def reproduce_py(cls, params, source, output, status):
-        from navigator.torch_support import REPRODUCE_HEAD, dims_source
+        from navigator.sources.torch_support import REPRODUCE_HEAD, dims_source
 
         sig = status.signature
         profile = status.shape_profiles[0] if status.shape_profiles else None

@@ -27,7 +27,7 @@ class TorchToTorchExport(Converter):
 
     @classmethod
     def reproduce_py(cls, params, source, output, status):
-        from navigator.torch_support import REPRODUCE_HEAD, dims_source
+        from navigator.sources.torch_support import REPRODUCE_HEAD, dims_source
 
         profile = status.shape_profiles[0] if status.shape_profiles else None
         return REPRODUCE_HEAD.format(output=output) + (
@@ -39,7 +39,7 @@ class TorchToTorchExport(Converter):
     def convert(self, ctx: ConvertContext) -> ConvertOutcome:
         import torch
 
-        from navigator.torch_support import dynamic_shapes
+        from navigator.sources.torch_support import dynamic_shapes
 
         live = ctx.live
         if isinstance(getattr(live.module, "inner", None), torch.jit.ScriptModule):

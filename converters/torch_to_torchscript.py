@@ -43,7 +43,7 @@ class TorchToTorchScript(Converter):
 
     @classmethod
     def reproduce_py(cls, params, source, output, status):
-        from navigator.torch_support import REPRODUCE_HEAD
+        from navigator.sources.torch_support import REPRODUCE_HEAD
 
         call = ("torch.jit.script(live.module.inner)" if params.method == "script" else
                 f"torch.jit.trace(live.module, live.example, check_trace={params.check_trace})")

@@ -29,6 +29,7 @@ class Result:
     exit_code: int = 0
     failures: list[str] = field(default_factory=list)
     timings: dict = field(default_factory=dict)
+    memory_tree: Any = field(default=None, repr=False)   # a torch output tree status.yaml cannot hold
 
     @property
     def ok(self) -> bool:
@@ -75,9 +76,9 @@ class Result:
         io_file = self.workspace / "formats" / "torch" / "io.json"
         if not io_file.is_file():
             return outputs
-        from navigator import torch_support
+        from navigator.sources import torch_support
 
-        return torch_support.unflatten(outputs, torch_support.read_io(io_file.parent), str(self.workspace))
+        return torch_support.unflatten(outputs, torch_support.read_io(io_file.parent), self.memory_tree)
 
     def runner(self, key: str | None = None, runner: str | None = None):
         """A loaded, active runner for format ``key`` (default: the best one). Use it
@@ -167,7 +168,7 @@ def convert(model: Any, samples: Any = None, *, targets=None, workdir: str | os.
         reporter = Reporter("auto" if progress else "quiet")
     outcome = run_convert(model, samples, config, reporter, verify_func=verify_func)
     result = Result(workspace=outcome.workspace.root, status=outcome.status, exit_code=outcome.exit_code,
-                    failures=outcome.failures, timings=outcome.timings)
+                    failures=outcome.failures, timings=outcome.timings, memory_tree=outcome.memory_tree)
     if raise_on_failure and outcome.exit_code:
         raise VerificationFailed("; ".join(outcome.failures))
     return result

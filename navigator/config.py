@@ -16,6 +16,7 @@ from typing import Any
 
 from navigator import specs
 from navigator.errors import UserInputError
+from navigator.workspace.layout import DEFAULT_WORKDIR
 
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
@@ -54,7 +55,7 @@ class NavigatorConfig:
     # failed, and the thread keeps its CPU and memory until the process exits (pipeline._run_in_thread).
     timeout: float | None = None
     # Memory limit of each worker process (with its subprocesses), GiB of resident anonymous + shared
-    # memory; above it the worker is killed and its stage fails (navigator.isolation). Default: 75% of
+    # memory; above it the worker is killed and its stage fails (navigator.execution.isolation). Default: 75% of
     # the machine's (or the container's cgroup) memory. 0: no limit. Not applied to jobs run in the
     # calling process (live sources).
     worker_memory_gb: float | None = None
@@ -77,7 +78,7 @@ class NavigatorConfig:
 
     # Defaults, resolved once.
     DEFAULTS = {
-        "workdir": "navigator_workdir",
+        "workdir": DEFAULT_WORKDIR,
         "target_precisions": ("fp32",),
         "device": "auto",
         "max_batch_size": 64,
@@ -92,7 +93,7 @@ class NavigatorConfig:
         ``auto`` until the pipeline decides)."""
         changes = {k: v for k, v in self.DEFAULTS.items() if getattr(self, k) is None}
         if self.worker_memory_gb is None:
-            from navigator.isolation import default_memory_limit_gb
+            from navigator.execution.isolation import default_memory_limit_gb
 
             changes["worker_memory_gb"] = default_memory_limit_gb() or 0.0
         return dataclasses.replace(self, **changes)

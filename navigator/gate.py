@@ -459,7 +459,7 @@ def _rule(st, key: str, runner_key: str, output: str, policy: GatePolicy):
 
 def _stored_pairs(ws, st, key: str, runner_key: str) -> list[tuple[str, Any, Any]]:
     """(label, outputs, reference) for every stored output file of one (format, runner)."""
-    from navigator.profiling import batch_of
+    from navigator.execution.profiling import batch_of
     from navigator.workspace import npz
 
     out_dir = ws.outputs_dir(key, runner_key)

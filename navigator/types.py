@@ -39,7 +39,10 @@ class Record:
     _nested: ClassVar[dict[str, tuple[type, str]]] = {}
 
     def to_dict(self) -> dict:
-        return {f.name: _encode(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        """Every field, encoded; fields marked ``metadata={"transient": True}`` (live objects of
+        this process) are left out."""
+        return {f.name: _encode(getattr(self, f.name)) for f in dataclasses.fields(self)  # type: ignore[arg-type]
+                if not f.metadata.get("transient")}
 
     @classmethod
     def from_dict(cls, data: dict | None):

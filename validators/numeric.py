@@ -23,14 +23,6 @@ log = logging.getLogger(__name__)
 ZERO_REPLACEMENT = 2.220446049250313e-16
 
 
-class ShapeMismatch(Exception):
-    pass
-
-
-class DtypeMismatch(Exception):
-    pass
-
-
 def _fmt(value) -> str:
     return "n/a" if value is None else f"{value:.3g}"
 

@@ -19,12 +19,6 @@ TABLE: dict[str, tuple[float, float, float]] = {
     "fp8": (2e-1, 2e-1, 0.05),
 }
 
-# Runtimes whose fp32 kernels legitimately differ more than a reordered sum:
-# OpenVINO's CPU plugin differs from onnxruntime by ~3e-4 (ENVIRONMENT.md).
-FORMAT_FLOOR: dict[str, tuple[float, float]] = {
-    "openvino": (1e-3, 1e-3),
-}
-
 MODES = ("tolerance", "exact", "mismatch_fraction", "cosine", "skip")
 
 
@@ -55,12 +49,20 @@ DEVICE_FLOOR: dict[tuple[str, str], tuple[float, float]] = {
 }
 
 
+def format_floor(fmt: str | None) -> tuple[float, float] | None:
+    """The tolerance floor of a format's runtimes (its record's ``tolerance_floor``): runtimes
+    whose fp32 kernels legitimately differ more than a reordered sum, e.g. OpenVINO's CPU plugin."""
+    from navigator.formats.registry import registry
+
+    return registry.get(fmt).tolerance_floor if fmt and registry.has(fmt) else None
+
+
 def rule_for(name: str, dtype: str, *, precision: str = "fp32", fmt: str | None = None,
              compare: dict | None = None, atol: dict | None = None, rtol: dict | None = None,
              device: str | None = None) -> OutputRule:
     """The comparison rule for one output: user settings first, then the table."""
     d_atol, d_rtol, d_frac = TABLE.get(precision, TABLE["fp32"])
-    for floor in (FORMAT_FLOOR.get(fmt), DEVICE_FLOOR.get((device, precision))):
+    for floor in (format_floor(fmt), DEVICE_FLOOR.get((device, precision))):
         if floor:
             d_atol, d_rtol = max(d_atol, floor[0]), max(d_rtol, floor[1])
     a, r = _lookup(atol, name, d_atol), _lookup(rtol, name, d_rtol)

@@ -14,6 +14,7 @@ from navigator.errors import UserInputError
 SUFFIX = ".nav.workspace"
 DEFAULT_WORKDIR = "navigator_workdir"
 _NAME_OK = re.compile(r"[^A-Za-z0-9._-]+")
+_BATCH_FILE = re.compile(r"(.+)-bs(\d+)")
 MAX_NAME_LENGTH = 100
 
 
@@ -108,14 +109,89 @@ class Workspace:
     def report_dir(self) -> Path:
         return self.root / "report"
 
+    @property
+    def formats_dir(self) -> Path:
+        return self.root / "formats"
+
+    @property
+    def samples_dir(self) -> Path:
+        return self.root / "samples"
+
+    @property
+    def reference_log(self) -> Path:
+        """The reference stage's log (the worker computing it writes it)."""
+        return self.samples_dir / "reference.log"
+
+    @property
+    def reference_worker_log(self) -> Path:
+        """stdout/stderr of a worker run only for the reference (--reference KEY)."""
+        return self.samples_dir / "reference-worker.log"
+
+    # subfolders a fresh run clears (keep=True: a resumed run keeps all but jobs/)
+    def scratch_dirs(self, *, keep: bool) -> list[Path]:
+        return [self.jobs_dir] if keep else [self.formats_dir, self.samples_dir, self.jobs_dir, self.report_dir]
+
+    def job_file(self, name: str) -> Path:
+        return self.jobs_dir / f"{name}.json"
+
+    def events_file(self, name: str) -> Path:
+        return self.jobs_dir / f"{name}.events.jsonl"
+
     def format_dir(self, key: str) -> Path:
         return self.root / "formats" / key
+
+    def stage_log(self, key: str, stage: str) -> Path:
+        """``formats/<key>/<stage>.log`` (convert, verify, profile)."""
+        return self.format_dir(key) / f"{stage}.log"
+
+    def worker_log(self, key: str) -> Path:
+        """stdout/stderr of the worker(s) of format ``key``."""
+        return self.format_dir(key) / "worker.log"
+
+    def reproduce_sh(self, key: str) -> Path:
+        return self.format_dir(key) / "reproduce.sh"
+
+    def reproduce_py(self, key: str) -> Path:
+        return self.format_dir(key) / "reproduce.py"
+
+    def params_file(self, key: str) -> Path:
+        return self.format_dir(key) / "params.json"
 
     def outputs_dir(self, key: str, runner_key: str) -> Path:
         return self.format_dir(key) / "outputs" / runner_key
 
+    def output_file(self, key: str, runner_key: str, sample: str, batch_size: int | None = None) -> Path:
+        """A runner's outputs for one stored sample (``000.npz``), or for that sample cut or tiled
+        to another batch size (``000-bs1.npz``)."""
+        name = sample if batch_size is None else f"{sample}-bs{batch_size}"
+        return self.outputs_dir(key, runner_key) / f"{name}.npz"
+
+    def batch_outputs(self, key: str, runner_key: str, sample: str) -> list[tuple[int, Path]]:
+        """(batch size, file) of the other-batch-size outputs of one sample, smallest size first."""
+        out = []
+        for path in self.outputs_dir(key, runner_key).glob(f"{sample}-bs*.npz"):
+            m = _BATCH_FILE.fullmatch(path.stem)
+            if m and m.group(1) == sample:
+                out.append((int(m.group(2)), path))
+        return sorted(out)
+
     def sample_file(self, kind: str, index: int) -> Path:
         return self.root / "samples" / kind / f"{index:03d}.npz"
+
+    def input_files(self) -> list[Path]:
+        """The stored input batches, in order."""
+        return sorted(self.inputs_dir.glob("*.npz"))
+
+    def reference_files(self) -> list[Path]:
+        return sorted(self.reference_dir.glob("*.npz"))
+
+    def reference_file(self, sample: str) -> Path:
+        return self.reference_dir / f"{sample}.npz"
+
+    def inner(self, path: str | os.PathLike) -> str:
+        """A path this layout built (``stage_log`` …), relative to the root, as status.yaml stores it;
+        no symlink is followed."""
+        return Path(path).relative_to(self.root).as_posix()
 
     def rel(self, path: str | os.PathLike) -> str:
         """``path`` relative to the workspace root, as status.yaml stores paths."""

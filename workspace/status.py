@@ -325,9 +325,25 @@ def loads(text: str, *, source: str = "status.yaml") -> Status:
         raise UserInputError(f"{source}: expected a mapping at the top level")
     data = migrate(data, source=source)
     try:
-        return Status.from_dict(data)
+        status = Status.from_dict(data)
     except (TypeError, ValueError, AttributeError) as e:
         raise UserInputError(f"{source}: malformed status ({e})") from None
+    bad = _unknown_statuses(status)
+    if bad:
+        raise UserInputError(f"{source}: malformed status ({bad[0]})")
+    return status
+
+
+def _unknown_statuses(status: Status) -> list[str]:
+    """Run states and step statuses outside RUN_STATES / STEP_STATUSES (a hand-edited or
+    corrupted file: the gate and resume must not guess what they mean)."""
+    bad = [] if status.state in RUN_STATES else [f"state {status.state!r} is not one of {', '.join(RUN_STATES)}"]
+    for key, fs in status.formats.items():
+        steps = [("convert", fs.convert)] + [(f"{rk} {stage}", getattr(rs, stage)) for rk, rs in fs.runners.items()
+                                             for stage in ("verify", "profile")]
+        bad += [f"formats.{key} {what} status {step.status!r} is not one of {', '.join(STEP_STATUSES)}"
+                for what, step in steps if step.status not in STEP_STATUSES]
+    return bad
 
 
 def load(path: str | os.PathLike) -> Status:

@@ -25,7 +25,7 @@ class TensorFlowRunner(Runner):
             self._device = "/GPU:0"
         else:
             self._device = "/CPU:0"
-        from navigator.tf_support import read_signature_name
+        from navigator.sources.tf_support import read_signature_name
 
         # the option, else the workspace's choice recorded beside the artifact (signature.json)
         name = self.options.get("signature") or read_signature_name(self.path)

@@ -16,9 +16,10 @@ keeps the inputs on the GPU and leaves the outputs there (``io: device``, as
 
 from __future__ import annotations
 
-import json
 import time
+from pathlib import Path
 
+from navigator.errors import UserInputError
 from navigator.runners.base import Runner, RunnerUnavailable
 
 
@@ -107,18 +108,12 @@ class TorchEagerRunner(_TorchRunner):
     name = "torch"
 
     def module(self):
-        from pathlib import Path
+        from navigator.sources import torch_support as ts
 
-        from navigator import torch_support as ts
-
-        folder = Path(self.path).parent
-        record = json.loads(Path(self.path).read_text())
-        io = ts.read_io(folder)
-        module = ts.rebuild(record, io)
-        if module is None:
-            module = ts.LIVE.get(str(folder.parent.parent.resolve()))
-            if module is None:
-                raise RunnerUnavailable("the live module exists only in the process that called navigator.convert")
+        try:
+            module, _, record = ts.workspace_module(Path(self.path).parent.parent.parent, self.options.get("live"))
+        except UserInputError as e:
+            raise RunnerUnavailable(e.one_line()) from None
         if record.get("dtype"):   # a reduced-precision variant (torch-fp16 / torch-bf16)
             module = ts.cast_module(module, record["dtype"])
         return self._layout(module.to(self.device))
@@ -134,13 +129,11 @@ class TorchCompileRunner(TorchEagerRunner):
     name = "torch_compile"
 
     def load(self):
-        from pathlib import Path
-
         from navigator.workspace import npz
+        from navigator.workspace.layout import Workspace
 
         compiled = self._torch.compile(self.module(), mode=self.options.get("compile_mode") or None)
-        ws = Path(self.path).parent.parent.parent
-        sample = npz.load(sorted((ws / "samples" / "inputs").glob("*.npz"))[0])
+        sample = npz.load(Workspace(Path(self.path).parent.parent.parent).input_files()[0])
         self.fn = compiled
         self.infer_impl({n: sample[n] for n in self.input_names})   # compiles
         return compiled

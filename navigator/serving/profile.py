@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from navigator.errors import NavigatorError, UserInputError
+from navigator.triton import backends
+from navigator.triton.server import STANDINS
 from navigator.serving import search as search_mod
 from navigator.serving.measure import LAST, MAX_WINDOWS, Measurement, concurrency_range
 from navigator.serving.search import Candidate, ConfigResult, Objective, Space, StopRule
@@ -41,8 +43,6 @@ from navigator.serving.search import Candidate, ConfigResult, Objective, Space, 
 log = logging.getLogger(__name__)
 
 PERF_ANALYZER_MODES = ("auto", "on", "off")
-_FIXED_BATCH = ("tensorrt", "tensorrt_plan")
-_STANDIN_BACKENDS = ("onnxruntime", "openvino")
 WARMUP_S = 0.2
 PA_START_S = 1.0          # perf_analyzer's start-up and connection, roughly
 FINISH_RESERVE_S = 4.0     # seconds of the budget kept for stopping the server and writing the outputs
@@ -255,7 +255,7 @@ def _space(r: _Run) -> Space:
         sizes = tuple(sorted(set(opts.max_batch_sizes)))
         if 0 in sizes:
             raise UserInputError("--max-batch-sizes: 0 turns batching off; give sizes >= 1")
-        if _backend(base) in _FIXED_BATCH and max(sizes) > base.max_batch_size:
+        if backends.fixed_batch(base.backend, base.platform) and max(sizes) > base.max_batch_size:
             raise UserInputError(f"--max-batch-sizes {max(sizes)}: the engine of {r.key} was built for batches "
                                  f"up to {base.max_batch_size}")
     else:
@@ -531,7 +531,7 @@ def _record(r: _Run, space: Space, objective: Objective, outcome, duration_s: fl
             reason = (f"no configuration meets {objective.constraints_text()}: the best, {best.candidate.name}, "
                       f"has p99 {m.p99_ms:.3f} ms at {m.throughput:.1f} infer/s (concurrency {m.concurrency}"
                       + (f", {m.errors} failed requests" if m.errors else "") + ")")
-    stand_in = bool(r.opts.cpu_backends and any(_backend(r.base).startswith(b) for b in _STANDIN_BACKENDS))
+    stand_in = bool(r.opts.cpu_backends and any(_backend(r.base).startswith(b) for b in STANDINS))
     return ServingStatus(
         status=status, reason=reason, date=now(), duration_s=round(duration_s, 2), budget_s=r.opts.budget_s,
         machine=machine(), model=r.model, key=r.key, backend=_backend(r.base), stand_in=stand_in, tool=r.tool,

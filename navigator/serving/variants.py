@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from navigator.errors import UserInputError
+from navigator.triton import backends
 from navigator.serving.search import Candidate
 
 
@@ -77,15 +78,6 @@ def write(path: Path, cfg) -> str:
     return text
 
 
-def settings_of(cfg) -> dict:
-    """The searched settings as they stand in a config."""
-    db = cfg.dynamic_batching if cfg.HasField("dynamic_batching") else None
-    return {"instances": [g.count for g in cfg.instance_group] or [1], "max_batch_size": cfg.max_batch_size,
-            "dynamic_batching": db is not None,
-            "max_queue_delay_us": db.max_queue_delay_microseconds if db is not None else None,
-            "preferred_batch_sizes": list(db.preferred_batch_size) if db is not None else []}
-
-
 def apply(repo: Path, model: str, cand: Candidate, *, preferred: list[int]) -> Path:
     """``--apply``: the chosen instance count, max batch size and dynamic batching into
     ``repo/model/config.pbtxt``, everything else in it kept; written atomically (temp
@@ -101,8 +93,8 @@ def apply(repo: Path, model: str, cand: Candidate, *, preferred: list[int]) -> P
     if base.max_batch_size == 0 and cand.max_batch_size:
         raise UserInputError(f"--apply: {path} does not batch (max_batch_size 0) but the chosen configuration "
                              f"uses max batch size {cand.max_batch_size}")
-    if base.max_batch_size and cand.max_batch_size > base.max_batch_size and any(
-            base.backend == b or base.platform == p for b, p in (("tensorrt", "tensorrt_plan"),)):
+    if base.max_batch_size and cand.max_batch_size > base.max_batch_size and backends.fixed_batch(base.backend,
+                                                                                                   base.platform):
         raise UserInputError(f"--apply: the engine in {path.parent} was built for batches up to "
                              f"{base.max_batch_size}; the chosen {cand.max_batch_size} would not load")
     cfg = variant(base, cand, preferred=preferred)

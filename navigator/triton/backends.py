@@ -1,82 +1,53 @@
-"""What Triton serves each format with (FACTS.md, "Triton model configuration").
-
-Declarative: one ``Serving`` record per format. A format without a native
-backend here (torch_export, aoti unless asked for the PyTorch backend, any
-format with ``--python-backend``) is served by the Python backend through a
-generated ``model.py`` (:mod:`navigator.triton.python_backend`).
+"""What Triton serves a format with: the format record's native backend
+(:mod:`navigator.formats`), its opt-in native backend (``--aoti-native``), or
+the Python backend through a generated ``model.py`` when the record names a
+``python_loader`` (:mod:`navigator.triton.python_backend`), e.g. torch_export,
+and any format with ``--python-backend``.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from navigator.errors import UserInputError
+from navigator.formats import PYTHON, Serving
 
-
-@dataclass(frozen=True)
-class Serving:
-    backend: str
-    platform: str = ""
-    default_file: str = ""                  # name in the version folder ("" = Triton's default / none)
-    devices: tuple[str, ...] = ("cpu", "gpu")
-    name_convention: str = "artifact"       # artifact | pytorch (<name>__<index>) | ours (Python backend)
-    note: str | None = None
-
-
-NATIVE: dict[str, Serving] = {
-    "onnx": Serving("onnxruntime", "onnxruntime_onnx", "model.onnx"),
-    "openvino": Serving("openvino", "", "model.xml", devices=("cpu",)),
-    "torchscript": Serving("pytorch", "pytorch_libtorch", "model.pt", name_convention="pytorch"),
-    "torch_tensorrt": Serving("pytorch", "pytorch_libtorch", "model.pt", devices=("gpu",),
-                              name_convention="pytorch"),
-    "tensorrt": Serving("tensorrt", "tensorrt_plan", "model.plan", devices=("gpu",),
-                        note="an engine loads only with the TensorRT version that built it, on the same GPU "
-                             "architecture: check it with navigator check-engine PLAN --triton RELEASE"),
-    "savedmodel": Serving("tensorflow", "tensorflow_savedmodel", "model.savedmodel",
-                          note="Triton deprecated its TensorFlow backend in 25.03 and stock containers no longer "
-                               "ship it: deploy the onnx format instead (same verified function, served by the "
-                               "ONNX Runtime backend that every container has)"),
-    "tf_trt": Serving("tensorflow", "tensorflow_savedmodel", "model.savedmodel", devices=("gpu",),
-                      note="Triton deprecated its TensorFlow backend in 25.03: deploy onnx or tensorrt instead"),
-}
-
-# aoti with --aoti-native: the PyTorch backend's AOTInductor platform (beta in Triton).
-AOTI_NATIVE = Serving("pytorch", "torch_aoti", "model.pt2", name_convention="pytorch",
-                      note="platform torch_aoti is beta in Triton and needs the exact torch version that "
-                           "compiled the package, on the device it was compiled for")
-
-PYTHON = Serving("python", "", "model.py", name_convention="ours")
-
-# Formats the Python backend's model.py knows how to load.
-PYTHON_LOADABLE = ("onnx", "openvino", "torchscript", "torch_export", "aoti")
-
-# Formats that are not a file artifact Triton could load.
-NOT_SERVABLE = {
-    "torch": "the eager PyTorch source is not an artifact; serve torchscript, torch_export or onnx",
-    "tensorrt_rtx": "a TensorRT-RTX engine never loads in Triton's TensorRT backend (another runtime, another plan "
-                    "header); serve the tensorrt format, built inside the Triton container with the trtexec line of "
-                    "its reproduce.sh, or onnx",
-}
+__all__ = ["PYTHON", "Serving", "serving_for", "servable", "python_loadable", "pytorch_names"]
 
 _INDEXED = re.compile(r"^.+__\d+$")
 
 
+def python_loadable() -> list[str]:
+    """Formats the generated model.py can load."""
+    from navigator import formats
+
+    return [f.name for f in formats.all_formats() if f.python_loader]
+
+
+def servable(fmt: str) -> bool:
+    from navigator import formats
+
+    return formats.registry.has(fmt) and formats.get(fmt).servable
+
+
 def serving_for(fmt: str, *, python_backend: bool, aoti_native: bool) -> Serving:
     """How Triton serves ``fmt``; raises UserInputError when it cannot."""
-    if fmt in NOT_SERVABLE:
-        raise UserInputError(f"format {fmt} cannot be served by Triton: {NOT_SERVABLE[fmt]}")
+    from navigator import formats
+
+    record = formats.get(fmt)
+    if record.not_servable:
+        raise UserInputError(f"format {fmt} cannot be served by Triton: {record.not_servable}")
     if python_backend:
-        if fmt not in PYTHON_LOADABLE:
+        if not record.python_loader:
             raise UserInputError(f"--python-backend: the generated model.py cannot load format {fmt} "
-                                 f"(it loads {', '.join(PYTHON_LOADABLE)}); serve it natively")
+                                 f"(it loads {', '.join(python_loadable())}); serve it natively")
         return PYTHON
-    if fmt == "aoti":
-        return AOTI_NATIVE if aoti_native else PYTHON
-    if fmt == "torch_export":
+    if aoti_native and record.native_opt_in is not None:
+        return record.native_opt_in
+    if record.serving is not None:
+        return record.serving
+    if record.python_loader:
         return PYTHON
-    if fmt in NATIVE:
-        return NATIVE[fmt]
     raise UserInputError(f"format {fmt} has no Triton backend known to navigator")
 
 
@@ -91,3 +62,17 @@ def pytorch_names(our_names: list[str], artifact_names: list[str], prefix: str) 
             and all(n.count("__") == 1 for n in artifact_names):
         return list(artifact_names), False
     return [f"{prefix}__{i}" for i in range(len(our_names))], True
+
+
+def fixed_batch(backend: str, platform: str = "") -> bool:
+    """True when every format a config's backend / platform serves fixes its largest batch in
+    the artifact (a TensorRT plan, an AOTInductor package): raising max_batch_size past the
+    profile it was built for fails to load. False for a backend that also serves flexible
+    artifacts (pytorch_libtorch serves TorchScript as well as Torch-TensorRT)."""
+    from navigator import formats
+
+    served = [record.fixed_batch for record in formats.all_formats()
+              for serving in (record.serving, record.native_opt_in)
+              if serving is not None and serving.backend == backend
+              and (not platform or not serving.platform or platform == serving.platform)]
+    return bool(served) and all(served)

@@ -18,11 +18,6 @@ from importlib import resources
 PLACEHOLDER = "__NAVIGATOR_SETTINGS__"
 ENV_PARAMETER = "EXECUTION_ENV_PATH"
 
-# kind -> the pip packages its model.py imports besides numpy
-_PACKAGES = {"onnx": ("onnxruntime",), "openvino": ("openvino",), "torchscript": ("torch",),
-             "torch_export": ("torch",), "aoti": ("torch",), "function": ()}
-# status.yaml environment key -> pip distribution name
-_DIST = {"onnxruntime": "onnxruntime", "openvino": "openvino", "torch": "torch", "numpy": "numpy"}
 
 
 def template() -> str:
@@ -54,14 +49,15 @@ def render_model_py(settings: dict) -> str:
 
 
 def requirements(kind: str, packages: dict) -> list[str]:
-    """pip requirement lines for ``kind``, pinned to the versions the workspace verified with."""
+    """pip requirement lines for the format ``kind`` (or ``function``, an ensemble step), pinned to the
+    versions the workspace verified with (status.yaml's environment, keyed by distribution name)."""
+    from navigator import formats
+
+    needed = formats.get(kind).python_packages if kind != "function" and formats.registry.has(kind) else ()
     lines = []
-    for module in ("numpy",) + _PACKAGES.get(kind, ()):
-        version = (packages or {}).get(module) or (packages or {}).get(_DIST[module])
-        if version:
-            lines.append(f"{_DIST[module]}=={str(version).split('+')[0]}")
-        else:
-            lines.append(_DIST[module])
+    for dist in ("numpy",) + tuple(needed):
+        version = (packages or {}).get(dist)
+        lines.append(f"{dist}=={str(version).split('+')[0]}" if version else dist)
     return lines
 
 

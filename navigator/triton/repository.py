@@ -44,8 +44,6 @@ from navigator.triton.options import TritonOptions
 
 log = logging.getLogger(__name__)
 
-# Formats whose artifact fixes the largest batch (an engine / a compiled package).
-_FIXED_BATCH = ("tensorrt", "tensorrt_rtx", "torch_tensorrt", "aoti")
 _NEAR_PEAK = 0.9     # preferred batch sizes: profiled sizes within 10% of the peak throughput
 
 
@@ -171,7 +169,7 @@ def select_formats(st, requested: tuple[str, ...]) -> list[str]:
                                  "--formats KEY")
         return [st.best.key]
     if requested == ("all",):
-        keys = [k for k, fs in st.formats.items() if fs.verified and fs.format not in backends.NOT_SERVABLE]
+        keys = [k for k, fs in st.formats.items() if fs.verified and backends.servable(fs.format)]
         if not keys:
             raise UserInputError("this workspace has no verified format to serve")
         return keys
@@ -221,7 +219,7 @@ def _batching(st, fs_format: str, opts: TritonOptions, key: str, notes: list[str
                 m = int(profile[t.name]["max"][0])
                 profile_max = m if profile_max is None else max(profile_max, m)
     if opts.max_batch_size is not None:
-        if fs_format in _FIXED_BATCH and profile_max is not None and opts.max_batch_size > profile_max:
+        if formats_mod.get(fs_format).fixed_batch and profile_max is not None and opts.max_batch_size > profile_max:
             raise UserInputError(f"--max-batch-size {opts.max_batch_size}: the {fs_format} artifact {key} was built "
                                  f"for batches up to {profile_max}; convert again with a larger --max-batch-size")
         return opts.max_batch_size
@@ -246,7 +244,8 @@ def _names(st, fs, serving: backends.Serving, notes: list[str], key: str) -> tup
     return dict(zip(sig.input_names + sig.output_names, ins + outs)), artifact
 
 
-def _aoti_device(fs) -> str | None:
+def _compiled_device(fs) -> str | None:
+    """The device a compiled package (aoti) was built for: from its exporter, else where it verified."""
     m = re.search(r"\((cpu|cuda)\)", fs.convert.exporter or "")
     if m:
         return m.group(1)
@@ -255,12 +254,11 @@ def _aoti_device(fs) -> str | None:
 
 
 def _instance_kind(fmt: str, fs, serving: backends.Serving, opts: TritonOptions, key: str) -> str:
-    devices = set(serving.devices)
-    if serving.backend == "python" or fmt == "aoti":
-        devices = {"cpu"} if fmt == "openvino" else {"cpu", "gpu"}
-        if fmt == "aoti":
-            compiled = _aoti_device(fs)
-            devices = {"gpu"} if compiled == "cuda" else {"cpu"} if compiled == "cpu" else devices
+    record = formats_mod.get(fmt)
+    devices = set(record.python_devices if serving.backend == "python" else serving.devices)
+    if record.compiled_for_device:
+        compiled = _compiled_device(fs)
+        devices = {"gpu"} if compiled == "cuda" else {"cpu"} if compiled == "cpu" else devices
     wanted = opts.kind
     if wanted != "auto" and wanted not in devices:
         raise UserInputError(f"--kind {wanted}: {key} runs on {' or '.join(sorted(devices))} only under Triton "
@@ -308,9 +306,7 @@ def _plan_format(ws, st, key: str, name: str, opts: TritonOptions, notes: list[s
     fs = st.formats[key]
     fmt = fs.format
     serving = backends.serving_for(fmt, python_backend=opts.python_backend, aoti_native=opts.aoti_native)
-    if fmt in backends.NATIVE and backends.NATIVE[fmt].note and serving is backends.NATIVE[fmt]:
-        notes.append(f"{key}: {backends.NATIVE[fmt].note}")
-    if serving is backends.AOTI_NATIVE:
+    if serving.note:
         notes.append(f"{key}: {serving.note}")
     notes.extend(_engine_launch_notes(ws, key))
     mbs = _batching(st, fmt, opts, key, notes)
@@ -395,7 +391,7 @@ def _options_for_format(plan: ModelPlan, fs, serving: backends.Serving, opts: Tr
 
 # --------------------------------------------------------------------------- files
 def _onnx_external(path: Path) -> list[Path]:
-    from navigator.signature import external_data_files, load_onnx
+    from navigator.sources.signature import external_data_files, load_onnx
 
     return external_data_files(load_onnx(path), path.parent)
 
@@ -427,18 +423,17 @@ def _artifact_files(ws, fs, key: str, serving: backends.Serving, emission: _Emis
             for p in external:
                 files[os.path.relpath(p, src.parent)] = p
         artifact_name = "model.onnx"
-    elif fmt == "openvino":
-        files["model.xml"] = src
-        files["model.bin"] = src.with_suffix(".bin")
-        if not src.with_suffix(".bin").is_file():
-            raise UserInputError(f"{key}: {fs.path} has no model.bin beside it")
-        artifact_name = "model.xml"
     elif src.is_dir():
         files[serving.default_file if not plan.python else src.name] = src
     else:
-        target = serving.default_file if not plan.python else formats_mod.file_name(fmt)
+        record = formats_mod.get(fmt)
+        target = serving.default_file if not plan.python else record.artifact
         files[target] = src
         artifact_name = target
+        for companion in record.companions:   # openvino: model.bin beside model.xml
+            if not (src.parent / companion).is_file():
+                raise UserInputError(f"{key}: {fs.path} has no {companion} beside it")
+            files[companion] = src.parent / companion
     if plan.python:
         settings = python_backend.settings_for(fmt, artifact_name, plan.inputs, plan.outputs, key=key)
         files["model.py"] = python_backend.render_model_py(settings)

@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from navigator.errors import UserInputError
+from navigator.execution.processes import parent_death_signal, stop_group
 
 TRITON_VERSION = "2.51"
 PYTRITON = "nvidia-pytriton==0.7.0"
@@ -72,7 +73,7 @@ REQUIREMENTS = (PYTRITON, TRITONCLIENT, NUMPY)
 _LAYOUT = 1                                   # bump when the cache layout changes
 _PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 _LIBS = {"libcudart.so.12": "libcudart-*.so.12*", "libb64.so.0d": "libb64-*.so.0d*"}
-_STANDINS = ("onnxruntime", "openvino")
+STANDINS = ("onnxruntime", "openvino")            # C++ backends with a CPU stand-in here
 _STANDIN_DIR = Path(__file__).resolve().parent / "standins"
 
 
@@ -366,7 +367,7 @@ class TritonServer:
         backends = self._tmp / "backends"
         shutil.copytree(self.env.backend_dir / "python", backends / "python")
         if self.cpu_backends:
-            for name in _STANDINS:
+            for name in STANDINS:
                 (backends / name).mkdir(parents=True)
                 shutil.copyfile(_STANDIN_DIR / name / "model.py", backends / name / "model.py")
                 shutil.copyfile(_STANDIN_DIR / "_standin_common.py", backends / name / "_standin_common.py")
@@ -440,7 +441,7 @@ class TritonServer:
 
     def stop(self) -> None:
         if self.process is not None:
-            _kill_group(self.process, self.STOP_TIMEOUT_S)
+            stop_group(self.process, grace_s=self.STOP_TIMEOUT_S)   # stubs share the group: all go
             self.process = None          # only now: a stop() interrupted half-way is finished by the next
         if self._log_file is not None:
             self._log_file.close()
@@ -580,35 +581,7 @@ def _term_with_parent() -> None:
     """In the forked child before exec (Linux): SIGTERM when the thread that started the
     server dies, even by SIGKILL, so no server outlives ``navigator serve``; the server then
     stops its stubs and removes its shared memory itself."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))   # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _kill_group(proc: subprocess.Popen, timeout: float) -> None:
-    """SIGTERM to the process group, SIGKILL if it is still there after ``timeout``."""
-    try:
-        pgid = os.getpgid(proc.pid)
-    except ProcessLookupError:
-        pgid = None
-    if pgid is not None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        pass
-    if pgid is not None:
-        # stubs of the Python backend share the group: none may outlive the server
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=5)
+    parent_death_signal(signal.SIGTERM)
 
 
 def remove_shm(prefix: str) -> list[str]:

@@ -87,7 +87,7 @@ def test_internal_error_exit_3_with_traceback_in_log(cli, tmp_path, onnx_model, 
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(
-        "import navigator.pipeline as p\n"
+        "import navigator.pipeline.outcome as p\n"
         "def boom(*a, **k):\n    raise ZeroDivisionError('planted bug')\n"
         "p.select_best = boom\n")
     r = cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--no-profile", env={"PYTHONPATH": str(hook)})

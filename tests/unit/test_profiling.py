@@ -1,4 +1,4 @@
-"""Unit tests for navigator.profiling, on a fake clock: every inference costs a known time."""
+"""Unit tests for navigator.execution.profiling, on a fake clock: every inference costs a known time."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import types
 import numpy as np
 import pytest
 
-from navigator import profiling
-from navigator.profiling import ProfileSettings, batch_of, percentiles, sweep
+from navigator.execution import profiling
+from navigator.execution.profiling import ProfileSettings, batch_of, percentiles, sweep
 
 
 class FakeClock:

@@ -1,11 +1,11 @@
-"""Unit tests for navigator.samples: generated and user samples, shape profiles."""
+"""Unit tests for navigator.sources.samples: generated and user samples, shape profiles."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from navigator import samples as S
+from navigator.sources import samples as S
 from navigator.errors import UserInputError
 from navigator.types import ModelSignature, TensorSpec
 

@@ -1,4 +1,4 @@
-"""Unit tests for navigator.signature: ONNX signatures, batch dim, index bounds."""
+"""Unit tests for navigator.sources.signature: ONNX signatures, batch dim, index bounds."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from navigator.errors import UserInputError
-from navigator.signature import (
+from navigator.sources.signature import (
     detect_batch_dim,
     external_data_files,
     index_bounds,
@@ -127,7 +127,7 @@ def test_batch_dim_override_and_out_of_range():
 
 
 def test_batch_dim_override_on_static_dim_warns(caplog):
-    with caplog.at_level(logging.WARNING, logger="navigator.signature"):
+    with caplog.at_level(logging.WARNING, logger="navigator.sources.signature"):
         assert detect_batch_dim(onnx_signature(static_batch_model()), batch_dim=0) == 0
     assert "--batch-dim 0: input 'x' has static size 4 there" in caplog.text
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from navigator.validators.numeric import Accumulator
-from navigator.validators.tolerances import FORMAT_FLOOR, TABLE, OutputRule, rule_for
+from navigator.validators.tolerances import TABLE, OutputRule, format_floor, rule_for
 
 
 def test_table_values():
     assert TABLE["fp32"] == (1e-5, 1e-4, 0.0)
     assert TABLE["fp16"] == (1e-2, 1e-2, 0.01)
-    assert FORMAT_FLOOR["openvino"] == (1e-3, 1e-3)
+    assert format_floor("openvino") == (1e-3, 1e-3)
+    assert format_floor("onnx") is None and format_floor(None) is None
 
 
 def test_fp32_defaults():

@@ -155,13 +155,3 @@ class StandinModel:
 
     def finalize(self):
         self.run = None
-
-
-def load_sibling(path):
-    """Import this file from a stand-in's model.py (the backend folder is not a package)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("navigator_standin_common", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

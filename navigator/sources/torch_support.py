@@ -108,9 +108,10 @@ def batch_as_dict(batch: Any, io: TorchIO) -> dict:
     return {io.inputs[0]: batch}
 
 
-def output_names(outputs: Any) -> tuple[list[str], str]:
+def output_names(outputs: Any) -> tuple[list[str], str | None, Any]:
     """Stable names for the leaves of a tensor / tuple / list / dict / namedtuple output,
-    and the serialized tree to rebuild it."""
+    the serialized tree to rebuild it, and the tree itself when it cannot be serialized
+    (a namedtuple or custom container: usable in this process only)."""
     from torch.utils import _pytree as pytree
 
     leaves, spec = pytree.tree_flatten_with_path(outputs)
@@ -136,27 +137,21 @@ def output_names(outputs: Any) -> tuple[list[str], str]:
         names = [f"output_{i}" for i in range(len(names))]
     spec = pytree.tree_structure(outputs)
     try:
-        tree = pytree.treespec_dumps(spec)
+        return names, pytree.treespec_dumps(spec), None
     except Exception:  # a namedtuple or custom container: kept in memory for this process only
-        tree = None
-        TREESPECS[id(outputs)] = spec
-    return names, tree
+        return names, None, spec
 
 
-# Output trees that cannot be serialized (namedtuples, custom containers), by workspace
-# root, for results handed back in the process that ran the conversion.
-TREESPECS: dict = {}
-
-
-def unflatten(outputs: dict, io: TorchIO, ws_root: str | None = None):
+def unflatten(outputs: dict, io: TorchIO, memory_tree: Any = None):
     """Outputs by name back in the module's original structure (a tensor, dict, tuple,
-    namedtuple …); flat when the structure could not be recorded."""
+    namedtuple …); flat when the structure could not be recorded. ``memory_tree``: the
+    tree kept in the calling process when it could not be serialized."""
     from torch.utils import _pytree as pytree
 
     if io.treespec is not None:
         spec = pytree.treespec_loads(io.treespec)
-    elif ws_root is not None and ws_root in TREESPECS:
-        spec = TREESPECS[ws_root]
+    elif memory_tree is not None:
+        spec = memory_tree
     else:
         return outputs
     return pytree.tree_unflatten([outputs[n] for n in io.outputs], spec)
@@ -354,26 +349,19 @@ def run_reference(module, io: TorchIO, batches: list[dict]) -> tuple[list[dict],
             out = call_module(module, io, to_tensors(batch, io.inputs))
             if i == 0:
                 first = out
-                io.outputs, io.treespec = output_names(out)
-                if io.treespec is None:
-                    io.memory_tree = TREESPECS.pop(id(out), None)
+                io.outputs, io.treespec, io.memory_tree = output_names(out)
             leaves = pytree.tree_leaves(out)
             results.append(to_numpy(leaves, io.outputs))
     return results, first
 
 
 def user_batch_to_numpy(batch: Any, io: TorchIO, where: str) -> dict:
-    from navigator.samples import _to_numpy
+    from navigator.sources.samples import _to_numpy
 
     return {name: _to_numpy(value, f"{where}, input '{name}'") for name, value in batch_as_dict(batch, io).items()}
 
 
-# ------------------------------------------------------------------ the live module for converters and runners
-# Live modules of runs in this process, by workspace root: converters and runners
-# that need the module and run in the calling process find it here.
-LIVE: dict[str, Any] = {}
-
-
+# ------------------------------------------------------------------ the module for converters and runners
 @dataclass
 class LiveModel:
     """What an export needs: the flat module, its I/O, an example input, the profile."""
@@ -385,21 +373,29 @@ class LiveModel:
     profile: dict | None
 
 
-def live_from_workspace(ws_root: Path, signature, profiles: list) -> LiveModel:
-    """The module of a workspace: from this process (a live source) or rebuilt from
-    its factory (``formats/torch/source.json``)."""
-    from navigator.workspace import npz
-
+def workspace_module(ws_root: Path, live: Any = None):
+    """The flat module of a workspace's torch source: rebuilt from ``formats/torch/source.json``
+    (a factory or a model file), else ``live``, the module of a live source, which exists only
+    in the calling process (in-process jobs hand it over). Also returns its TorchIO."""
     folder = Path(ws_root) / "formats" / "torch"
     io = read_io(folder)
     record = json.loads((folder / "source.json").read_text())
     module = rebuild(record, io)
     if module is None:
-        module = LIVE.get(str(Path(ws_root).resolve()))
-        if module is None:
-            raise UserInputError("the source was a live nn.Module that exists only in the process that called "
-                                 "navigator.convert; re-run it from there, or pass path/to/file.py:factory")
-    example = to_tensors(npz.load(sorted((Path(ws_root) / "samples" / "inputs").glob("*.npz"))[0]), io.inputs)
+        module = live
+    if module is None:
+        raise UserInputError("the source was a live nn.Module that exists only in the process that called "
+                             "navigator.convert; re-run it from there, or pass path/to/file.py:factory")
+    return module, io, record
+
+
+def live_from_workspace(ws_root: Path, signature, profiles: list, live: Any = None) -> LiveModel:
+    """The module of a workspace (see :func:`workspace_module`) with its first stored sample."""
+    from navigator.workspace import npz
+    from navigator.workspace.layout import Workspace
+
+    module, io, _ = workspace_module(ws_root, live)
+    example = to_tensors(npz.load(Workspace(Path(ws_root)).input_files()[0]), io.inputs)
     return LiveModel(module=module, io=io, example=example, signature=signature,
                      profile=profiles[0] if profiles else None)
 
@@ -410,7 +406,7 @@ formats/torch/source.json (a factory or a model file); a live nn.Module from a
 script cannot be rebuilt here: call navigator.convert from that script again."""
 import torch
 
-from navigator.torch_support import live_from_workspace
+from navigator.sources.torch_support import live_from_workspace
 from navigator.workspace import status
 
 st = status.load("status.yaml")

@@ -62,6 +62,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from navigator.execution.jobs import Event, Job
+from navigator.execution.processes import kill_group, reap, stop_group
+
 log = logging.getLogger(__name__)
 
 POLL_S = 0.05
@@ -70,8 +73,8 @@ POLL_S = 0.05
 @dataclass
 class WorkerOutcome:
     returncode: int | None
-    events: list[dict] = field(default_factory=list)
-    open_stage: dict | None = None     # the stage running when the worker stopped, if any
+    events: list[Event] = field(default_factory=list)
+    open_stage: Event | None = None    # the stage running when the worker stopped, if any
     reason: str | None = None          # why it stopped early: timeout, signal, exit code
     log_tail: str = ""
     wall_s: float = 0.0
@@ -155,37 +158,6 @@ def log_tail(path: Path, lines: int = 15) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _reap(proc: subprocess.Popen, *, block: bool) -> tuple[int | None, float | None]:
-    """(exit code as Popen gives it, peak RSS in MiB) once the worker has ended,
-    (None, None) while it runs. wait4 gives the child's own ru_maxrss."""
-    if proc.returncode is not None:
-        return proc.returncode, None
-    try:
-        pid, status, usage = os.wait4(proc.pid, 0 if block else os.WNOHANG)
-    except ChildProcessError:   # reaped elsewhere
-        return proc.poll(), None
-    if pid == 0:
-        return None, None
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, round(usage.ru_maxrss / 1024, 1)
-
-
-def _kill_group(proc: subprocess.Popen) -> float | None:
-    """SIGTERM, then SIGKILL, to the worker's process group; its peak RSS (MiB) when known."""
-    for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return _reap(proc, block=True)[1] if proc.returncode is None else None
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            code, peak = _reap(proc, block=False)
-            if code is not None:
-                return peak
-            time.sleep(0.02)
-    return None
-
-
 def _describe_exit(code: int) -> str:
     if code < 0:
         try:
@@ -207,38 +179,38 @@ class EventTail:
         self.path = Path(path)
         self.offset = 0
         self.buffer = ""
-        self.open_stage: dict | None = None
+        self.open_stage: Event | None = None
         self.stage_start = time.monotonic()
 
-    def read(self) -> list[dict]:
+    def read(self) -> list[Event]:
         with open(self.path, encoding="utf-8") as f:
             f.seek(self.offset)
             chunk = f.read()
             self.offset = f.tell()
         self.buffer += chunk
         *lines, self.buffer = self.buffer.split("\n")
-        events = [json.loads(line) for line in lines if line.strip()]
+        events = [Event.from_dict(json.loads(line)) for line in lines if line.strip()]
         for event in events:
-            if event["event"] == "start":
+            if event.event == "start":
                 self.open_stage, self.stage_start = event, time.monotonic()
             else:
                 self.open_stage = None
         return events
 
 
-def run_worker(job: dict, job_path: Path, log_path: Path, *, stage_timeout_s: float,
-               on_event: Callable[[dict], None] | None = None, env: dict | None = None,
+def run_worker(job: Job, job_path: Path, log_path: Path, *, stage_timeout_s: float,
+               on_event: Callable[[Event], None] | None = None, env: dict | None = None,
                memory_limit_gb: float | None = None) -> WorkerOutcome:
     """Run one job in a worker, calling ``on_event`` for each event as it comes.
     ``memory_limit_gb``: kill the worker when its unreclaimable memory (with its
     descendants') exceeds it; None or 0: no limit."""
-    events_path = Path(job["events"])
+    events_path = Path(job.events)
     events_path.parent.mkdir(parents=True, exist_ok=True)
     events_path.write_text("")
     job_path.parent.mkdir(parents=True, exist_ok=True)
     from navigator.workspace.atomic import write_text
 
-    write_text(job_path, json.dumps(job, indent=1, default=str))   # never half-written on a full disk
+    write_text(job_path, job.to_json())   # never half-written on a full disk
     log_path.parent.mkdir(parents=True, exist_ok=True)
     child_env = dict(os.environ if env is None else env)
     child_env.setdefault("PYTHONUNBUFFERED", "1")
@@ -253,7 +225,7 @@ def run_worker(job: dict, job_path: Path, log_path: Path, *, stage_timeout_s: fl
     limit = int(memory_limit_gb * GIB) if memory_limit_gb else None
     try:
         while True:
-            code, outcome.peak_rss_mb = _reap(proc, block=False)
+            code, outcome.peak_rss_mb = reap(proc, block=False)
             for event in tail.read():
                 outcome.events.append(event)
                 if on_event:
@@ -267,13 +239,10 @@ def run_worker(job: dict, job_path: Path, log_path: Path, *, stage_timeout_s: fl
             used = unreclaimable_bytes(proc.pid) if limit else 0
             if limit and used > limit:
                 seen = time.monotonic()
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                outcome.returncode, outcome.peak_rss_mb = _reap(proc, block=True)
+                kill_group(proc.pid)
+                outcome.returncode, outcome.peak_rss_mb = reap(proc, block=True)
                 outcome.memory_killed = True
-                where = f" in {open_stage['stage']}" if open_stage else ""
+                where = f" in {open_stage.stage}" if open_stage else ""
                 outcome.reason = (f"the worker exceeded the memory limit of {memory_limit_gb:g} GiB{where} "
                                   f"({used / GIB:.2f} GiB resident; --worker-memory-gb) and was killed")
                 log.warning("worker killed at %.2f GiB resident (limit %g GiB), %.0f ms after the sample; "
@@ -281,14 +250,14 @@ def run_worker(job: dict, job_path: Path, log_path: Path, *, stage_timeout_s: fl
                             outcome.peak_rss_mb)
                 break
             if open_stage is not None and time.monotonic() - stage_start > stage_timeout_s:
-                outcome.peak_rss_mb = _kill_group(proc)
+                outcome.peak_rss_mb = stop_group(proc, grace_s=3.0)
                 outcome.returncode = proc.returncode
-                outcome.reason = (f"timed out after {stage_timeout_s:g} s in {open_stage['stage']} "
+                outcome.reason = (f"timed out after {stage_timeout_s:g} s in {open_stage.stage} "
                                   f"(--timeout); the worker was killed")
                 break
             time.sleep(POLL_S)
     except BaseException:
-        _kill_group(proc)  # Ctrl-C or an error in the parent: never leave a worker behind
+        stop_group(proc, grace_s=3.0)  # Ctrl-C or an error in the parent: never leave a worker behind
         raise
     outcome.open_stage = open_stage
     outcome.wall_s = time.monotonic() - start

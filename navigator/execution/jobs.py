@@ -1,0 +1,154 @@
+"""The records the parent and its workers exchange: a :class:`Job` of :class:`Task`
+steps goes to the worker as JSON; the worker answers with :class:`Event` lines in
+the job's events file. Both sides read and write these types only, never raw
+dictionaries, so a field renamed on one side is renamed on the other.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from navigator.types import Record
+
+
+@dataclass
+class ConvertSpec(Record):
+    """Which edge makes the artifact: a converter class by import path, workspace-relative paths."""
+
+    converter: str                       # "module:QualName"
+    source: str
+    output: str
+    params: dict = field(default_factory=dict)
+    device: str = "cpu"
+
+
+@dataclass
+class VerifySpec(Record):
+    """How the outputs are compared: one rule per output (mode, atol, rtol, threshold)."""
+
+    rules: dict[str, dict] = field(default_factory=dict)
+    allow_nan: bool = False
+    error_stat: str = "elemwise"
+    batch_sizes: list[int] = field(default_factory=list)   # besides each sample's own batch size
+    batch_dim: int | None = None
+
+
+@dataclass
+class ProfileSpec(Record):
+    batch_dim: int | None = None
+    settings: dict = field(default_factory=dict)            # navigator.execution.profiling.ProfileSettings
+
+
+@dataclass
+class RunnerTask(Record):
+    runner: str
+    device: str
+    provider: str | None = None
+    options: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.runner}-{self.provider or self.device}"
+
+    def spec(self):
+        from navigator.formats import RunnerSpec
+
+        return RunnerSpec(self.runner, self.device, self.provider)
+
+    @classmethod
+    def of(cls, spec, **options) -> "RunnerTask":
+        return cls(runner=spec.runner, device=spec.device, provider=spec.provider, options=dict(options))
+
+
+@dataclass
+class Task(Record):
+    """One unit of a job: a format's convert -> verify -> profile (``kind: format``), or the
+    reference outputs computed with one runner (``kind: reference``)."""
+
+    kind: str                            # format | reference
+    key: str
+    artifact: str                        # workspace-relative
+    io_names: dict[str, str] = field(default_factory=dict)   # our name -> name inside the artifact
+    input_names: list[str] = field(default_factory=list)
+    output_names: list[str] = field(default_factory=list)
+    convert: ConvertSpec | None = None
+    runners: list[RunnerTask] = field(default_factory=list)
+    verify: VerifySpec | None = None
+    profile: ProfileSpec | None = None
+    reference_runner: RunnerTask | None = None                # kind reference
+
+    _nested: ClassVar = {"convert": (ConvertSpec, "one"), "runners": (RunnerTask, "list"),
+                         "verify": (VerifySpec, "one"), "profile": (ProfileSpec, "one"),
+                         "reference_runner": (RunnerTask, "one")}
+
+    def static(self) -> "Task":
+        """This task for an artifact exported with static shapes: the samples' shapes only."""
+        task = Task.from_dict(json.loads(json.dumps(self.to_dict())))
+        if task.verify is not None:
+            task.verify.batch_sizes = []
+        if task.profile is not None:
+            task.profile.settings["batch_sizes"] = [0]   # 0: the sample's own batch size
+        return task
+
+    def without_convert(self) -> "Task":
+        task = Task.from_dict(self.to_dict())
+        task.convert = None
+        return task
+
+
+@dataclass
+class Job(Record):
+    workspace: str
+    events: str                          # the events file (JSON lines)
+    tasks: list[Task] = field(default_factory=list)
+    sys_path: list[str] = field(default_factory=list)
+    log_level: str = "INFO"
+    parent_pid: int | None = None
+
+    _nested: ClassVar = {"tasks": (Task, "list")}
+
+    # In-process jobs only (never serialized): the live source object, handed to the
+    # runners and converters that need it (navigator.sources.torch_support.LiveModule).
+    live: Any = field(default=None, repr=False, compare=False, metadata={"transient": True})
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, default=str)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Job":
+        return cls.from_dict(json.loads(text))
+
+
+@dataclass
+class ConvertResult(Record):
+    status: str = "ok"
+    reason: str | None = None
+    duration_s: float | None = None
+    exporter: str | None = None
+    notes: list[str] = field(default_factory=list)
+    static_shapes: bool = False
+    io_names: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Event(Record):
+    """One line of the events file: a stage started, or ended with its ``result`` (the
+    stage's record as a mapping: ConvertResult, a VerifyStep, a ProfileStep)."""
+
+    task: int
+    key: str
+    stage: str                           # reference | convert | verify | profile
+    event: str                           # start | end
+    runner: str | None = None
+    result: dict = field(default_factory=dict)
+    t: float = 0.0
+
+    @property
+    def status(self) -> str:
+        return self.result.get("status", "ok")
+
+    @property
+    def ended(self) -> bool:
+        return self.event == "end"

@@ -1,0 +1,78 @@
+"""Process groups: how Navigator stops a child and everything it started.
+
+Workers and the Triton server run in a process group of their own
+(``start_new_session=True``); stopping one means SIGTERM to the group, a grace
+period for the leader, then SIGKILL to the group, always, so that no child
+(a converter's subprocess, a factory's helper, a Python-backend stub) outlives
+it. :func:`parent_death_signal` makes a child die with the thread that started it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+
+def reap(proc: subprocess.Popen, *, block: bool) -> tuple[int | None, float | None]:
+    """(exit code as Popen gives it, peak RSS in MiB) once the child has ended, (None, None)
+    while it runs. ``wait4`` gives the child's own ``ru_maxrss`` (its VmHWM)."""
+    if proc.returncode is not None:
+        return proc.returncode, None
+    try:
+        pid, status, usage = os.wait4(proc.pid, 0 if block else os.WNOHANG)
+    except ChildProcessError:   # reaped elsewhere
+        return proc.poll(), None
+    if pid == 0:
+        return None, None
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, round(usage.ru_maxrss / 1024, 1)
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL whatever is left of a process group (nothing when it is gone)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def stop_group(proc: subprocess.Popen, *, grace_s: float, kill_wait_s: float = 5.0) -> float | None:
+    """SIGTERM to ``proc``'s process group, up to ``grace_s`` for the leader to end, then
+    SIGKILL to the group whatever happened; the leader is reaped. Returns its peak RSS (MiB)
+    when known. ``proc`` must lead its group (started with ``start_new_session=True``)."""
+    pgid = proc.pid
+    peak = None
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            code, peak = reap(proc, block=False)
+            if code is not None:
+                break
+            time.sleep(0.02)
+    kill_group(pgid)
+    if proc.returncode is None:
+        deadline = time.monotonic() + kill_wait_s
+        while time.monotonic() < deadline:
+            code, peak = reap(proc, block=False)
+            if code is not None:
+                break
+            time.sleep(0.02)
+    return peak
+
+
+def parent_death_signal(sig: int) -> bool:
+    """Linux: deliver ``sig`` to this process when the thread that started it dies (even by
+    SIGKILL). Call it in the child (preexec_fn, or first thing in a worker). False where it
+    cannot be set."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(1, int(sig)) == 0   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return False

@@ -1,0 +1,142 @@
+"""The stages a worker runs for one task: the reference outputs, convert, verify and
+profile. Each takes the workspace and a typed :class:`~navigator.execution.jobs.Task`
+and returns its result record as a mapping; :mod:`navigator.execution.worker` wraps
+each in start/end events and turns an exception into a ``failed`` (or, for a runner
+that cannot run here, ``skipped``) result.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from navigator.execution.jobs import ConvertResult, RunnerTask, Task
+
+log = logging.getLogger("navigator.worker")
+
+
+def rename(tensors: dict, mapping: dict) -> dict:
+    return {mapping.get(k, k): v for k, v in tensors.items()}
+
+
+def _runner_options(task: Task, spec: RunnerTask, io_names: dict, live: Any) -> dict:
+    options = dict(spec.options)
+    options.setdefault("inputs", [io_names.get(n, n) for n in task.input_names])
+    options.setdefault("outputs", [io_names.get(n, n) for n in task.output_names])
+    if live is not None:
+        options["live"] = live
+    return options
+
+
+def run_reference(ws, task: Task, live: Any = None) -> dict:
+    """The reference outputs of every stored sample, from ``task.reference_runner``."""
+    from navigator import runners
+    from navigator.workspace import npz
+
+    spec = task.reference_runner
+    options = dict(spec.options)
+    if live is not None:
+        options["live"] = live
+    runner = runners.create(spec.spec(), ws.abs(task.artifact), **options)
+    inverse = {v: k for k, v in task.io_names.items()}
+    count = 0
+    with runner:
+        for path in ws.input_files():
+            outputs = rename(runner.infer(rename(npz.load(path), task.io_names)), inverse)
+            npz.save(ws.reference_file(path.stem), outputs)
+            count += 1
+    log.info("reference: %d batches with %s", count, spec.key)
+    return {"count": count}
+
+
+def run_convert(ws, task: Task, live: Any = None) -> ConvertResult:
+    import importlib
+
+    from navigator.converters.base import ConvertOutcome, context_from_workspace
+
+    conv = task.convert
+    module, _, qualname = conv.converter.partition(":")
+    cls = importlib.import_module(module)
+    for part in qualname.split("."):
+        cls = getattr(cls, part)
+    ctx = context_from_workspace(ws.root, conv.source, conv.output, cls.params_from_dict(conv.params), conv.device,
+                                 needs_live=cls.needs_live, live=live)
+    ctx.output.parent.mkdir(parents=True, exist_ok=True)
+    log.info("convert %s -> %s with %s (%s)", conv.source, conv.output, cls.name, conv.params)
+    outcome = cls().convert(ctx) or ConvertOutcome()
+    if not ctx.output.exists():
+        raise RuntimeError(f"converter {cls.name} finished without writing {conv.output}")
+    for note in outcome.notes:
+        log.warning("%s", note)
+    return ConvertResult(exporter=outcome.exporter, notes=list(outcome.notes), static_shapes=outcome.static_shapes,
+                         io_names=dict(outcome.io_names or {}))
+
+
+def run_verify(ws, task: Task, spec: RunnerTask, io_names: dict, live: Any = None) -> tuple[dict, Any]:
+    """Run every stored sample (at its own batch size and at ``verify.batch_sizes``), store the
+    outputs and compare them with the reference. Returns the verify record and the active runner."""
+    from navigator import runners
+    from navigator.execution.profiling import batch_of
+    from navigator.validators.numeric import Accumulator, compare_outputs
+    from navigator.validators.tolerances import OutputRule
+    from navigator.workspace import npz
+
+    verify = task.verify
+    runner = runners.create(spec.spec(), ws.abs(task.artifact), **_runner_options(task, spec, io_names, live))
+    start = time.perf_counter()
+    runner.activate()
+    load_s = time.perf_counter() - start
+    inverse = {v: k for k, v in io_names.items()}
+    accs = {name: Accumulator(name, OutputRule(**rule)) for name, rule in verify.rules.items()}
+    batch_dim = verify.batch_dim
+    sizes_used: set[int] = set()
+
+    def compare(outs, ref, where):
+        compare_outputs(outs, ref, accs, allow_nan=verify.allow_nan, error_stat=verify.error_stat, where=where)
+
+    for path in ws.input_files():
+        sample = npz.load(path)
+        reference = npz.load(ws.reference_file(path.stem))
+        outputs = rename(runner.infer(rename(sample, io_names)), inverse)
+        npz.save(ws.output_file(task.key, spec.key, path.stem), outputs)
+        where = f" (sample {path.stem}"
+        if batch_dim is None:
+            compare(outputs, reference, where + ")")
+            continue
+        full = next(iter(sample.values())).shape[batch_dim]
+        sizes_used.add(full)
+        compare(outputs, reference, f"{where}, batch {full})")
+        for size in verify.batch_sizes:
+            if size == full:
+                continue
+            outs = rename(runner.infer(rename(batch_of(sample, batch_dim, size), io_names)), inverse)
+            npz.save(ws.output_file(task.key, spec.key, path.stem, size), outs)
+            compare(outs, batch_of(reference, batch_dim, size), f" (sample {path.stem}, batch {size})")
+            sizes_used.add(size)
+    checks = {name: acc.result().to_dict() for name, acc in accs.items()}
+    failed = [f"{name}: {c['reason']}" for name, c in checks.items() if not c["passed"]]
+    for name, c in checks.items():
+        log.info("%s: %s", name, c)
+    result = {"status": "failed" if failed else "ok", "reason": "; ".join(failed)[:1000] or None,
+              "batch_sizes": sorted(sizes_used), "outputs": checks, "load_s": round(load_s, 4)}
+    return result, runner
+
+
+def run_profile(ws, task: Task, runner, io_names: dict) -> dict:
+    from navigator.execution.profiling import ProfileSettings, sweep
+    from navigator.workspace import npz
+
+    prof = task.profile
+    settings = ProfileSettings(**prof.settings)
+    sample = rename(npz.load(ws.input_files()[0]), io_names)
+    if settings.batch_sizes == [0] and prof.batch_dim is not None:   # static shapes: the sample's batch
+        own = next(iter(sample.values())).shape[prof.batch_dim]
+        settings.batch_sizes, settings.max_batch_size = [own], max(own, settings.max_batch_size)
+    infer, io = runner.profiling_infer()
+    outcome = sweep(infer, sample, prof.batch_dim, settings)
+    for r in outcome.results:
+        r["io"] = io
+        log.info("batch %d: %.1f/s, p50 %.3f ms, p99 %.3f ms", r["batch_size"], r["throughput"],
+                 r["latency_ms"]["p50"], r["latency_ms"]["p99"])
+    return {"stable": outcome.stable, "results": outcome.results, "reason": outcome.reason}

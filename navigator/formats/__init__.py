@@ -1,0 +1,35 @@
+"""Formats: artifact keys and one declarative :class:`Format` record per format.
+
+    >>> from navigator import formats
+    >>> formats.get("openvino").artifact
+    'model.xml'
+    >>> formats.parse_key("onnx-optimized-fp16").precision
+    'fp16'
+
+Importing this package imports no framework; plugins load on first lookup of an
+unknown name.
+"""
+
+from __future__ import annotations
+
+from navigator.formats.descriptor import PYTHON, Format, RunnerSpec, Serving
+from navigator.formats.keys import PRECISIONS, Key, is_key, parse_key, preference_rank
+from navigator.formats.registry import registry
+
+
+def get(name: str) -> Format:
+    """The record of format ``name`` (UserInputError listing the known ones)."""
+    return registry.get(name)
+
+
+def all_formats() -> list[Format]:
+    return registry.all()
+
+
+def file_name(fmt: str) -> str:
+    """The artifact's file name inside ``formats/<key>/``."""
+    return registry.get(fmt).artifact
+
+
+__all__ = ["Format", "RunnerSpec", "Serving", "PYTHON", "Key", "PRECISIONS", "parse_key", "is_key",
+           "preference_rank", "get", "all_formats", "file_name", "registry"]

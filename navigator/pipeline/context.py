@@ -1,0 +1,54 @@
+"""What every stage of one run shares: :class:`RunContext`, and the prepared source."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from navigator.config import NavigatorConfig
+from navigator.workspace import status as status_mod
+from navigator.workspace.layout import Workspace
+from navigator.workspace.status import SamplesInfo, Status
+
+
+@dataclass
+class Prepared:
+    """The source opened, its samples taken or generated and its shape profiles derived
+    (:func:`navigator.pipeline.prepare.prepare`); nothing written yet."""
+
+    ws: Workspace
+    source: Any                                   # navigator.sources.Source
+    batches: list[dict]
+    batch_dim: int | None
+    profiles: list[dict]
+    samples_info: SamplesInfo
+    warnings: list[str] = field(default_factory=list)
+    reference: list[dict] | None = None           # reference outputs computed in this process (torch)
+
+
+@dataclass
+class RunContext:
+    """What every stage of one run shares."""
+
+    config: NavigatorConfig
+    ws: Workspace
+    status: Status
+    source: Any
+    device: str                      # where converters run: cuda when a GPU is used, else cpu
+    reporter: Any
+    runner_devices: tuple = ("cpu",)  # where formats are verified and profiled
+    verify_func: Callable | None = None
+    timings: dict = field(default_factory=dict)
+    process_starts: int = 0
+    static_keys: set = field(default_factory=set)   # formats exported with static shapes only
+    resume_from: Status | None = None                # the previous record, when its inputs are unchanged
+    step_hashes: dict = field(default_factory=dict)  # (key, runner key, stage) -> inputs_sha256
+    live: Any = None                 # the flat module of a live torch source: in-process jobs hand it over
+
+    def save(self) -> None:
+        status_mod.save(self.status, self.ws.status_path)
+
+    @property
+    def is_live(self) -> bool:
+        """The source is an object of this process that no worker can rebuild."""
+        return self.source.obj is not None and not getattr(self.source, "factory", None)

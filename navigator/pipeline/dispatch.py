@@ -1,0 +1,169 @@
+"""Running a job: in a worker process (:func:`run_job`), or, for a live source and for
+converters defined in the user's ``__main__``, in the calling process
+(:func:`run_job_in_process`), with the same events and the same per-stage timeout
+as far as a thread allows."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+from navigator.execution.jobs import Job, Task
+from navigator.execution.worker import EXIT_DISK_FULL
+from navigator.pipeline.context import RunContext
+from navigator.pipeline.diskfull import WorkspaceFull, check_disk_full, says_disk_full
+from navigator.pipeline.events import apply_event, finish_crashed, stage_durations
+from navigator.workspace.status import ProfileStep, VerifyStep
+
+log = logging.getLogger(__name__)
+
+
+def run_job(ctx: RunContext, name: str, tasks: list[Task], log_path: Path, sys_path: list[str]) -> None:
+    """``tasks`` in one worker process, its events applied to the record as they come."""
+    from navigator.execution import isolation
+
+    job = Job(workspace=str(ctx.ws.root), events=str(ctx.ws.events_file(name)), tasks=tasks, sys_path=sys_path,
+              parent_pid=os.getpid())
+    ctx.process_starts += 1
+    start = time.perf_counter()
+    outcome = isolation.run_worker(job, ctx.ws.job_file(name), log_path, stage_timeout_s=ctx.config.timeout,
+                                   on_event=lambda e: apply_event(ctx, e), memory_limit_gb=ctx.config.worker_memory_gb)
+    ctx.timings.setdefault("workers", []).append((name, time.perf_counter() - start, stage_durations(outcome)))
+    log.info("worker %s: %.2f s, peak RSS %s MiB", name, time.perf_counter() - start, outcome.peak_rss_mb)
+    for task in tasks:
+        fs = ctx.status.formats.get(task.key)
+        if task.kind == "format" and fs is not None and outcome.peak_rss_mb is not None:
+            fs.peak_rss_mb = max(fs.peak_rss_mb or 0.0, outcome.peak_rss_mb)
+    if outcome.returncode == EXIT_DISK_FULL:
+        raise WorkspaceFull(ctx.ws, f"the worker of {name} could not write its events: No space left on device")
+    if outcome.reason:
+        log.warning("worker %s: %s", name, outcome.reason)
+        if says_disk_full(outcome.log_tail):
+            raise WorkspaceFull(ctx.ws, f"the worker of {name} stopped: {outcome.reason}")
+        finish_crashed(ctx, tasks, outcome)
+    check_disk_full(ctx, tasks)
+
+
+def run_job_in_process(ctx: RunContext, name: str, tasks: list[Task]) -> None:
+    """A job run by this process (a live source, a converter of the user's __main__):
+    the same code and events as a worker, without its process isolation or memory
+    limit; the per-stage timeout is enforced as far as a thread allows
+    (:func:`_run_in_thread`). CUDA runners are skipped: this process never
+    initialises CUDA."""
+    events = ctx.ws.events_file(name)
+    events.parent.mkdir(parents=True, exist_ok=True)
+    events.write_text("")
+    kept = []
+    for task in tasks:
+        if task.kind == "format":
+            fs = ctx.status.formats[task.key]
+            fs.isolated = False
+            for spec in [r for r in task.runners if r.device != "cpu"]:
+                rs = fs.runners[spec.key]
+                why = ("a live module runs in the calling process, which never initialises CUDA; pass "
+                       "path/to/file.py:factory (CLI) so a worker can rebuild it on the GPU")
+                rs.verify = VerifyStep(status="skipped", reason=why)
+                rs.profile = ProfileStep(status="skipped", reason=why)
+            task = Task.from_dict(task.to_dict())
+            task.runners = [r for r in task.runners if r.device == "cpu"]
+        kept.append(task)
+    job = Job(workspace=str(ctx.ws.root), events=str(events), tasks=kept, live=ctx.live)
+    start = time.perf_counter()
+    outcome = _run_in_thread(ctx, name, job)
+    ctx.timings.setdefault("workers", []).append((f"{name} (in process)", time.perf_counter() - start,
+                                                   stage_durations(outcome)))
+    if outcome.reason:
+        log.warning("in-process job %s: %s", name, outcome.reason)
+        finish_crashed(ctx, kept, outcome)
+    check_disk_full(ctx, kept)
+
+
+class StageTimeout(BaseException):
+    """Raised inside the thread of an in-process job whose stage ran past --timeout.
+    A BaseException, so the stage's own ``except Exception`` does not turn it into an
+    ordinary failure and the job stops where it is, as a killed worker would."""
+
+
+IN_PROCESS_GRACE_S = 5.0   # how long a timed-out in-process stage gets to unwind before it is abandoned
+
+
+def _async_raise(thread, exc_type) -> None:
+    """Raise ``exc_type`` in ``thread`` at its next Python bytecode (CPython)."""
+    import ctypes
+
+    if thread.ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type))
+
+
+def _run_in_thread(ctx: RunContext, name: str, job: Job):
+    """Run an in-process job in a thread of its own and watch it as isolation.run_worker
+    watches a worker: events are applied as they come, and a stage running past
+    --timeout gets :class:`StageTimeout` raised in its thread. Python code stops at its
+    next bytecode; a thread stuck in native code (a C++ export, a kernel, a blocking
+    call) cannot be stopped from outside: after IN_PROCESS_GRACE_S it is abandoned
+    (a daemon thread, its CPU and memory held until the process exits) and the run
+    goes on. Returns an isolation.WorkerOutcome."""
+    import threading
+
+    from navigator.execution import worker
+    from navigator.execution.isolation import POLL_S, EventTail, WorkerOutcome
+
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            box["code"] = worker.run_job(job)
+        except BaseException as e:   # noqa: B902 - handed to the watching thread
+            box["error"] = e
+
+    thread = threading.Thread(target=target, name=f"navigator-job-{name}", daemon=True)
+    outcome = WorkerOutcome(returncode=None)
+    tail = EventTail(Path(job.events))
+    open_stage = None
+    timed_out = None
+    abandoned = False
+    limit = ctx.config.timeout
+    start = time.monotonic()
+    thread.start()
+    try:
+        while True:
+            alive = thread.is_alive()
+            for event in tail.read():
+                outcome.events.append(event)
+                apply_event(ctx, event)
+            open_stage, stage_start = tail.open_stage, tail.stage_start
+            if not alive:
+                break
+            now = time.monotonic()
+            if timed_out is None and open_stage is not None and limit and now - stage_start > limit:
+                timed_out = (now, open_stage)
+                log.warning("in-process stage %s of %s ran past --timeout %g s: stopping its thread",
+                            open_stage.stage, open_stage.key, limit)
+                _async_raise(thread, StageTimeout)
+            elif timed_out is not None and now - timed_out[0] > IN_PROCESS_GRACE_S:
+                abandoned = True
+                break
+            thread.join(POLL_S)
+    except BaseException:   # Ctrl-C or an error here: stop the job's thread too, as far as it can be
+        _async_raise(thread, KeyboardInterrupt)
+        raise
+    outcome.open_stage = open_stage
+    outcome.wall_s = time.monotonic() - start
+    error = box.get("error")
+    if timed_out is not None:
+        stage = timed_out[1].stage
+        outcome.open_stage = open_stage or timed_out[1]
+        outcome.reason = f"timed out after {limit:g} s in {stage} (--timeout) in the calling process"
+        if abandoned:
+            outcome.reason += (f"; it did not stop within {IN_PROCESS_GRACE_S:g} s (native code cannot be "
+                               "interrupted), so its thread was abandoned and keeps running until the process "
+                               "exits")
+            log.error("in-process job %s: %s", name, outcome.reason)
+        else:
+            outcome.reason += "; its thread was stopped"
+        return outcome
+    if error is not None:
+        raise error
+    return outcome

@@ -1,0 +1,121 @@
+"""Applying a worker's events to the run's record: each stage's end becomes its step
+in status.yaml (saved at once, so the file always tells where a run is); a worker that
+died leaves its open and remaining stages ``failed`` with the reason and log tail."""
+
+from __future__ import annotations
+
+from navigator.execution.jobs import ConvertResult, Event, Task
+from navigator.pipeline.context import RunContext
+from navigator.workspace import npz
+from navigator.workspace.status import ConvertStep, ProfileStep, RunnerStatus, VerifyStep
+
+
+def apply_event(ctx: RunContext, event: Event) -> None:
+    if event.event == "start":
+        ctx.reporter.step_start(event.key, event.stage, event.runner)
+        return
+    result = dict(event.result)
+    if event.stage == "reference":
+        ctx.reporter.step_end("reference", event.stage, None, result)
+        return
+    key = event.key
+    fs = ctx.status.formats[key]
+    rel_log = ctx.ws.inner(ctx.ws.stage_log(key, event.stage))
+    if event.stage == "convert":
+        conv = ConvertResult.from_dict(result)
+        fs.convert = ConvertStep(status=conv.status, reason=conv.reason or ("; ".join(conv.notes) or None),
+                                 duration_s=conv.duration_s, exporter=conv.exporter,
+                                 inputs_sha256=fs.convert.inputs_sha256, log=rel_log)
+        fs.io_names.update(conv.io_names)
+        if conv.static_shapes:
+            ctx.static_keys.add(key)
+    else:
+        rs = fs.runners[event.runner]
+        hashed = ctx.step_hashes.get((key, event.runner, event.stage))
+        if event.stage == "verify":
+            rs.verify = VerifyStep.from_dict(result | {"log": rel_log, "inputs_sha256": hashed})
+            if rs.verify.status == "ok" and ctx.verify_func is not None:
+                apply_verify_func(ctx, key, event.runner, rs)
+        elif event.stage == "profile":
+            rs.profile = ProfileStep.from_dict(result | {"log": rel_log, "inputs_sha256": hashed})
+    ctx.reporter.step_end(key, event.stage, event.runner, result)
+    ctx.save()
+
+
+def apply_verify_func(ctx: RunContext, key: str, runner_key: str, rs: RunnerStatus) -> None:
+    """The API's ``verify_func(reference, output) -> bool`` on every stored sample."""
+    for ref_path in ctx.ws.reference_files():
+        try:
+            ok = bool(ctx.verify_func(npz.load(ref_path), npz.load(ctx.ws.output_file(key, runner_key, ref_path.stem))))
+        except Exception as e:
+            ok, why = False, f"verify_func raised {type(e).__name__}: {e}"
+        else:
+            why = f"verify_func rejected sample {ref_path.stem}"
+        if not ok:
+            rs.verify.status = "failed"
+            rs.verify.reason = why
+            return
+
+
+def with_tail(reason: str, tail: str) -> str:
+    if not tail:
+        return reason
+    last = [line for line in tail.splitlines() if line.strip()][-3:]
+    return reason + " | log tail: " + " / ".join(x.strip()[:200] for x in last)
+
+
+def finish_crashed(ctx: RunContext, tasks: list[Task], outcome) -> None:
+    """Stages that a dead or killed worker never reported: failed (where it stopped)
+    or failed as not run (after it)."""
+    reason = outcome.reason or "the worker stopped"
+    tail = outcome.log_tail
+    done = {(e.task, e.stage, e.runner) for e in outcome.events if e.ended}
+    where = outcome.open_stage
+    for i, task in enumerate(tasks):
+        if task.kind == "reference":
+            continue
+        fs = ctx.status.formats[task.key]
+        worker_log = ctx.ws.inner(ctx.ws.worker_log(task.key))
+        here = where is not None and where.task == i
+        if task.convert is not None and (i, "convert", None) not in done:
+            if here and where.stage == "convert" or fs.convert.status != "ok":
+                fs.convert = ConvertStep(status="failed", reason=with_tail(reason, tail), log=worker_log)
+                ctx.reporter.step_end(task.key, "convert", None, {"status": "failed", "reason": reason})
+            continue
+        for spec in task.runners:
+            rs = fs.runners[spec.key]
+            for stage in ("verify", "profile"):
+                if (i, stage, spec.key) in done:
+                    continue
+                if stage == "profile" and (task.profile is None or rs.verify.status != "ok"):
+                    continue
+                step = rs.verify if stage == "verify" else rs.profile
+                step.status = "failed"
+                step.reason = with_tail(reason, tail) if here else f"not run: {reason}"
+                step.log = worker_log
+                ctx.reporter.step_end(task.key, stage, spec.key, {"status": "failed", "reason": reason})
+    ctx.save()
+
+
+def stage_durations(outcome) -> dict:
+    out: dict = {}
+    for e in outcome.events:
+        if e.ended:
+            out[e.stage] = out.get(e.stage, 0.0) + float(e.result.get("duration_s") or 0.0)
+    return out
+
+
+def explain_skips(fs, config) -> None:
+    """Every skipped step says why (status.yaml's rule)."""
+    for rs in fs.runners.values():
+        if rs.verify.status == "skipped" and rs.verify.reason in (None, "", "pending"):
+            rs.verify.reason = "not run"
+        if rs.profile.status == "skipped" and rs.profile.reason in (None, "", "pending"):
+            rs.profile.reason = ("--no-profile" if config.no_profile else
+                                 "verification did not pass" if rs.verify.status != "ok" else "not run")
+
+
+def skip_runners(fs, reason: str) -> None:
+    for rs in fs.runners.values():
+        rs.verify = VerifyStep(status="skipped", reason=reason)
+        rs.profile = ProfileStep(status="skipped", reason=reason)

@@ -1,0 +1,219 @@
+"""Running the planned formats: one job per format, parents first; the source's job
+also computes the reference outputs (or, with ``--reference KEY``, that format's chain
+runs first and the reference comes from it)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from navigator import deps, formats
+from navigator.errors import UserInputError
+from navigator.execution.jobs import Task
+from navigator.pipeline import resume
+from navigator.pipeline.context import RunContext
+from navigator.pipeline.diskfull import WorkspaceFull, says_disk_full
+from navigator.pipeline.dispatch import run_job, run_job_in_process
+from navigator.pipeline.events import explain_skips, skip_runners
+from navigator.pipeline.reproduce import write_reproduce
+from navigator.pipeline.tasks import format_task, reference_task, runner_specs, sys_path_for
+from navigator.workspace.status import ConvertStep, FormatStatus, ProfileStep, RunnerStatus, VerifyStep
+
+log = logging.getLogger(__name__)
+
+
+def run_formats(ctx: RunContext, planned) -> None:
+    """One worker per format, parents first; the first one also computes the reference."""
+    st = ctx.status
+    for item in planned:
+        k = formats.parse_key(item.key)
+        fs = FormatStatus(format=k.format, precision=k.precision,
+                          path=ctx.ws.inner(ctx.ws.format_dir(item.key) / formats.file_name(k.format)),
+                          parent=item.parent, isolated=ctx.source.isolated if item.converter is None else True)
+        fs.io_names = {t.name: t.name for t in st.signature.inputs + st.signature.outputs}
+        for spec in runner_specs(ctx, k.format):
+            fs.runners[spec.key] = RunnerStatus(runner=spec.runner, device=spec.device, provider=spec.provider,
+                                                verify=VerifyStep(reason="pending"),
+                                                profile=ProfileStep(reason="pending"))
+        st.formats[item.key] = fs
+    ctx.save()
+    ref = ctx.config.reference
+    if not ref or ref == ctx.source.key:
+        for item in planned:
+            run_item(ctx, item)
+        return
+    # --reference FORMAT: convert that format's chain first, take the reference from it,
+    # then verify and profile everything against it
+    chain = _chain(planned, ref)
+    first = [p for p in planned if p.key in chain]
+    for item in first:
+        run_item(ctx, item, verify=False)
+    _reference_from(ctx, ref)
+    for item in first:
+        if st.formats[item.key].convert.status == "ok":
+            run_item(ctx, item, convert=False)
+    for item in planned:
+        if item.key not in chain:
+            run_item(ctx, item)
+
+
+def _chain(planned, key: str) -> set[str]:
+    """``key`` and every format it is made from."""
+    parents = {p.key: p.parent for p in planned}
+    chain = set()
+    while key is not None and key not in chain:
+        chain.add(key)
+        key = parents.get(key)
+    return chain
+
+
+def _reference_from(ctx: RunContext, key: str) -> None:
+    """Reference outputs from format ``key``'s first runner that runs here (--reference)."""
+    fs = ctx.status.formats[key]
+    if fs.convert.status != "ok":
+        raise UserInputError(f"--reference {key}: that format was not converted ({fs.convert.reason})")
+    specs = runner_specs(ctx, fs.format)
+    if not specs:
+        raise UserInputError(f"--reference {key}: no runner for format {fs.format} on {ctx.device}")
+    spec = specs[0]
+    sig = ctx.status.signature
+    options = {"inputs": [fs.io_names.get(n, n) for n in sig.input_names],
+               "outputs": [fs.io_names.get(n, n) for n in sig.output_names], "precision": fs.precision}
+    task = reference_task(fs.path, spec.to_dict() | {"options": options}, io_names=fs.io_names)
+    run_job(ctx, "reference", [task], ctx.ws.reference_worker_log, [])
+    if not ctx.ws.reference_files():
+        raise_reference_failed(ctx)
+    ctx.status.samples.reference = {"key": key, "runner": spec.key}
+    ctx.save()
+
+
+def run_item(ctx: RunContext, item, *, convert: bool = True, verify: bool = True) -> None:
+    """One format: export or convert it (``convert``), then verify and profile it in
+    its worker (``verify``; without it the job converts only)."""
+    st = ctx.status
+    fs = st.formats[item.key]
+    ctx.ws.format_dir(item.key).mkdir(parents=True, exist_ok=True)
+    if not convert:
+        run_tasks(ctx, item, [converted_task(ctx, item, format_task(ctx, item, fs))])
+        return
+    if item.converter is None:
+        export_source(ctx, item, fs)
+        if fs.convert.status != "ok":
+            skip_runners(fs, "the source could not be brought into the workspace")
+            return
+    else:
+        parent = st.formats[item.parent]
+        if parent.convert.status != "ok":
+            fs.convert = ConvertStep(status="skipped", reason=f"its parent {item.parent} was not converted")
+            skip_runners(fs, fs.convert.reason)
+            ctx.reporter.step_end(item.key, "convert", None, fs.convert.to_dict())
+            return
+        # reproduce.sh is written even when this machine cannot run the edge:
+        # users rebuild the artifact where its packages are (e.g. a Triton container)
+        write_reproduce(ctx, item, fs, format_task(ctx, item, fs))
+        why_not = cannot_convert_here(ctx, item.converter)
+        if why_not:
+            fs.convert = ConvertStep(status="skipped", reason=why_not)
+            skip_runners(fs, why_not)
+            ctx.reporter.step_end(item.key, "convert", None, fs.convert.to_dict())
+            return
+        fs.convert.inputs_sha256 = resume.convert_hash(ctx, item)
+    if not fs.runners:
+        log.info("%s: no runner for format %s on %s", item.key, fs.format, ctx.device)
+    task = format_task(ctx, item, fs)
+    if item.converter is None:
+        write_reproduce(ctx, item, fs, task)
+    reference_kept = (item.converter is None and ctx.resume_from is not None
+                      and ctx.resume_from.samples.reference == st.samples.reference
+                      and len(ctx.ws.reference_files()) == st.samples.count)
+    task = resume.reuse(ctx, item, task)
+    if task is None:   # every step of this format is unchanged since the last run
+        old = ctx.resume_from.formats.get(item.key) if ctx.resume_from else None
+        fs.peak_rss_mb = old.peak_rss_mb if old else None
+        explain_skips(fs, ctx.config)
+        ctx.save()
+        return
+    in_process = item.converter is not None and (
+        item.converter.needs_live and ctx.is_live
+        or item.converter.__module__ == "__main__")   # a class of the user's script: no worker can import it
+    if task.convert is not None and in_process:
+        ctx.status.formats[item.key].isolated = False
+        conversion_only = Task.from_dict(task.to_dict())
+        conversion_only.runners, conversion_only.profile = [], None
+        run_job_in_process(ctx, item.key, [conversion_only])       # the module exists only here
+        task = converted_task(ctx, item, task)
+        if fs.convert.status != "ok":
+            skip_runners(fs, "conversion failed")
+            ctx.save()
+            return
+    if not verify:
+        task = Task.from_dict(task.to_dict())
+        task.runners, task.profile = [], None
+    tasks = [task]
+    own_reference = ctx.config.reference in (None, ctx.source.key) and not reference_kept
+    if item.converter is None and ctx.source.reference_runner and own_reference:
+        tasks.insert(0, reference_task(fs.path, ctx.source.reference_runner))
+    run_tasks(ctx, item, tasks)
+    if item.converter is None and verify and not ctx.ws.reference_files():
+        raise_reference_failed(ctx)
+
+
+def converted_task(ctx: RunContext, item, task: Task) -> Task:
+    """The verify/profile task of a format converted earlier: no convert step, the
+    artifact's names as converted, samples' shapes only when exported static."""
+    task = task.without_convert()
+    task.io_names = dict(ctx.status.formats[item.key].io_names)
+    return task.static() if item.key in ctx.static_keys else task
+
+
+def run_tasks(ctx: RunContext, item, tasks: list[Task]) -> None:
+    fs = ctx.status.formats[item.key]
+    if item.converter is None and ctx.is_live:
+        run_job_in_process(ctx, item.key, tasks)
+    else:
+        run_job(ctx, item.key, tasks, ctx.ws.worker_log(item.key), sys_path_for(item.converter))
+    explain_skips(fs, ctx.config)
+    ctx.save()
+
+
+def cannot_convert_here(ctx: RunContext, converter) -> str | None:
+    """Why this edge is skipped on this machine (a missing package names it), or None."""
+    missing = deps.missing(converter.requires)
+    if missing:
+        return f"needs the package(s) {', '.join(missing)}, which are not installed"
+    if ctx.device not in converter.devices:
+        return f"{converter.name} runs on {', '.join(converter.devices)}, not on {ctx.device}"
+    if converter.needs_live and ctx.is_live and "cpu" not in converter.devices:
+        return (f"{converter.name} needs the module on the GPU, and a live module stays in the calling process, "
+                "which never initialises CUDA; pass path/to/file.py:factory so a worker can build it")
+    return converter.unavailable_reason(ctx.device)
+
+
+def raise_reference_failed(ctx: RunContext) -> None:
+    from navigator.execution.isolation import log_tail
+
+    tail = log_tail(ctx.ws.reference_log, 8) or log_tail(ctx.ws.worker_log(ctx.source.key), 8)
+    # the log's tail ends a traceback: keep its message lines, not the source lines and ^^^^ markers
+    lines = [ln.strip() for ln in tail.splitlines()
+             if ln.strip() and not ln[:1].isspace() and not ln.startswith("Traceback")]
+    raise UserInputError(f"the reference outputs could not be computed from the source model "
+                         f"({' / '.join(lines[-2:]) or 'see navigator.log'})")
+
+
+def export_source(ctx: RunContext, item, fs: FormatStatus) -> None:
+    start = time.perf_counter()
+    ctx.reporter.step_start(item.key, "export", None)
+    try:
+        info = ctx.source.export(ctx.ws, ctx.ws.abs(fs.path)) or {}
+        fs.convert = ConvertStep(status="ok", duration_s=round(time.perf_counter() - start, 4),
+                                 exporter=info.get("exporter"), inputs_sha256=ctx.status.model.sha256)
+    except UserInputError:
+        raise
+    except Exception as e:
+        log.exception("export failed")
+        fs.convert = ConvertStep(status="failed", reason=f"{type(e).__name__}: {e}",
+                                 duration_s=round(time.perf_counter() - start, 4))
+    ctx.reporter.step_end(item.key, "export", None, fs.convert.to_dict())
+    if fs.convert.status == "failed" and says_disk_full(fs.convert.reason):
+        raise WorkspaceFull(ctx.ws, f"{item.key} export: {fs.convert.reason[:200]}")
+    ctx.save()

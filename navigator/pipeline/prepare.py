@@ -1,0 +1,160 @@
+"""Preparing a run: the device, the source, its samples and shape profiles
+(:func:`prepare`, which writes nothing), then the workspace's first status.yaml
+and stored samples (:func:`write_workspace`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from typing import Any
+
+from navigator import deps
+from navigator.config import NavigatorConfig
+from navigator.errors import UserInputError
+from navigator.pipeline.context import Prepared
+from navigator.workspace import npz
+from navigator.workspace import status as status_mod
+from navigator.workspace.layout import Workspace
+from navigator.workspace.status import ModelInfo, SamplesInfo, Status
+
+log = logging.getLogger(__name__)
+
+
+def resolve_device(device: str) -> tuple[str, tuple[str, ...]]:
+    """(the device converters use, the devices runners run on).
+
+    ``auto`` uses the GPU when the driver reports one (read from /proc, CUDA
+    untouched) and keeps the CPU runners beside the CUDA ones, so a GPU machine
+    without onnxruntime-gpu still verifies every format; ``cuda`` and ``cpu``
+    mean that device alone."""
+    gpu = deps.gpu_present()
+    if device == "auto":
+        return ("cuda", ("cuda", "cpu")) if gpu else ("cpu", ("cpu",))
+    if device == "cuda" and not gpu:
+        raise UserInputError("--device cuda: no NVIDIA GPU is visible on this machine (none in "
+                             "/proc/driver/nvidia/gpus, or CUDA_VISIBLE_DEVICES hides them)", hint="use --device cpu")
+    return device, (device,)
+
+
+def environment(device: str) -> dict:
+    import platform
+
+    env = {"python": platform.python_version(), "platform": platform.platform(),
+           "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(), "gpu": None,
+           "device": device, "packages": deps.versions()}
+    try:
+        names = sorted(os.listdir("/proc/driver/nvidia/gpus"))
+        env["gpu"] = names or None
+    except OSError:
+        pass
+    return env
+
+
+def prepare(model: Any, samples: Any, config: NavigatorConfig, reporter) -> Prepared:
+    """Open the source, read its signature, pick the workspace, take or generate
+    the samples and derive the shape profiles. Writes nothing yet."""
+    from navigator.sources import open_source
+    from navigator.sources import samples as samples_mod
+    from navigator.sources.signature import detect_batch_dim
+
+    source = open_source(model, config.model_format, config.signature_name)
+    name = config.model_name or source.name
+    ws = Workspace.for_model(config.workdir, name)
+    if source.signature is None:   # a framework object: its inputs come from the samples (or --shapes)
+        raw, batch_dim = source.resolve(samples, config, config.batch_dim, config.no_batching)
+        if raw is not None:
+            samples = raw
+    else:
+        batch_dim = detect_batch_dim(source.signature, batch_dim=config.batch_dim, no_batching=config.no_batching)
+    sig = source.signature
+    info = SamplesInfo()
+    if samples is not None and config.samples:
+        raise UserInputError("samples given twice: as an argument and as --samples")
+    if samples is not None:
+        batches = samples_mod.from_iterable(samples, sig, count=config.sample_count or samples_mod.DEFAULT_TAKEN,
+                                             batch_dim=batch_dim)
+        info.source = "iterable"
+    elif config.samples:
+        batches = samples_mod.from_folder(config.samples, sig, count=config.sample_count, batch_dim=batch_dim)
+        info.source = "folder"
+    else:
+        batches = samples_mod.generate(sig, shapes=list(config.shapes or []) or None,
+                                       count=config.sample_count or samples_mod.DEFAULT_GENERATED,
+                                       value_ranges=config.value_ranges, dtypes=config.dtypes,
+                                       bounds=source.index_bounds, batch_dim=batch_dim, seed=config.seed)
+        info.source = "generated"
+        info.value_ranges = {spec.name: list(samples_mod.value_range(spec, config.value_ranges or {},
+                                                                      source.index_bounds,
+                                                                      (config.dtypes or {}).get(spec.name)))
+                             for spec in sig.inputs}
+    info.count = len(batches)
+    info.shapes = [{k: list(v.shape) for k, v in b.items()} for b in batches]
+    info.sha256 = samples_mod.samples_sha256(batches)
+    warnings: list[str] = []
+    if config.shape_profiles:
+        profiles = [dict(p) for p in config.shape_profiles]
+        for p in profiles:
+            samples_mod.check_profile_covers(p, sig, [])     # names, ranks, static dims
+        for i, batch in enumerate(batches):   # every sample inside at least one profile (prefill/decode)
+            if not any(_inside(p, batch) for p in profiles):
+                shapes = {n: list(a.shape) for n, a in batch.items()}
+                raise UserInputError(f"sample {i} ({shapes}) lies outside every shape profile; widen "
+                                     "--min-shapes/--max-shapes or give samples inside them")
+    else:
+        profile, warnings = samples_mod.derive_profile(sig, batches, batch_dim=batch_dim,
+                                                       max_batch_size=config.max_batch_size)
+        profiles = [profile]
+    for w in warnings:
+        log.warning("%s", w)
+        reporter.warn(w)
+    reference = source.complete(batches, batch_dim) if hasattr(source, "complete") else None
+    _check_output_options(config, sig)
+    return Prepared(ws=ws, source=source, batches=batches, batch_dim=batch_dim, profiles=profiles,
+                    samples_info=info, warnings=warnings, reference=reference)
+
+
+def _inside(profile: dict, batch: dict) -> bool:
+    return all(all(lo <= d <= hi for lo, d, hi in zip(profile[n]["min"], a.shape, profile[n]["max"]))
+               for n, a in batch.items() if n in profile)
+
+
+def _check_output_options(config: NavigatorConfig, sig) -> None:
+    outputs = set(sig.output_names)
+    for option, values in (("--compare", config.compare), ("--atol", config.atol), ("--rtol", config.rtol)):
+        for name in values or {}:
+            if name not in ("", "*") and name not in outputs:
+                raise UserInputError(f"{option}: unknown output {name!r}; the model's outputs are "
+                                     f"{', '.join(repr(n) for n in sig.output_names)}")
+
+
+def write_workspace(prep: Prepared, config: NavigatorConfig, device: str, *, keep: bool = False) -> Status:
+    """The workspace's status.yaml (state running) and samples: from scratch, or keeping
+    the artifacts and reference outputs of an earlier run (``keep``, when resuming)."""
+    from navigator._version import __version__
+
+    ws, source = prep.ws, prep.source
+    for folder in ws.scratch_dirs(keep=keep):
+        shutil.rmtree(folder, ignore_errors=True)
+    for i, batch in enumerate(prep.batches):
+        npz.save(ws.sample_file("inputs", i), batch)
+    for i, outputs in enumerate(prep.reference or []):
+        npz.save(ws.sample_file("reference", i), outputs)
+    st = Status(
+        model=ModelInfo(name=ws.name, source_format=source.format,
+                        path=str(source.path.resolve()) if source.path else None, sha256=source.sha256()),
+        navigator_version=__version__, state="running", environment=environment(device),
+        signature=source.signature, batch_dim=prep.batch_dim, shape_profiles=prep.profiles,
+        samples=prep.samples_info, config=config.to_dict(),
+    )
+    st.config["device"] = device
+    if source.reference_runner is None:
+        st.samples.reference = {"key": source.key, "runner": "torch eager fp32, cpu, calling process"}
+    elif config.reference in (None, source.key):
+        runner = source.reference_runner
+        st.samples.reference = {"key": source.key,
+                                "runner": f"{runner['runner']}-{runner.get('provider') or runner['device']}",
+                                **({"options": runner["options"]} if runner.get("options") else {})}
+    st.created = status_mod.now()
+    status_mod.save(st, ws.status_path)
+    return st

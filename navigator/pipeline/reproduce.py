@@ -1,0 +1,38 @@
+"""``formats/<key>/reproduce.sh`` (and ``reproduce.py`` where the edge writes one): how to
+rebuild each artifact by hand, written even when this machine cannot run the edge."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+
+from navigator.execution.jobs import Task
+from navigator.pipeline.context import RunContext
+from navigator.workspace.atomic import write_text
+from navigator.workspace.status import FormatStatus
+
+
+def write_reproduce(ctx: RunContext, item, fs: FormatStatus, task: Task) -> None:
+    ws = ctx.ws
+    conv = task.convert
+    lines = ["#!/usr/bin/env bash", f"# Rebuilds formats/{item.key} of this workspace.", "set -euo pipefail",
+             'cd "$(dirname "$0")/../.."']
+    if conv is not None:
+        write_text(ws.params_file(item.key), json.dumps(conv.params, indent=1) + "\n")
+        module = conv.converter.split(":")[0]
+        lines.append(" ".join(shlex.quote(x) for x in [
+            "python", "-m", module, "--workspace", ".", "--source", conv.source, "--output", conv.output,
+            "--params", ws.inner(ws.params_file(item.key)), "--device", conv.device]))
+        params = item.converter.params_from_dict(conv.params)
+        lines.extend(item.converter.reproduce_notes(params, conv.source, conv.output, ctx.status))
+        script = item.converter.reproduce_py(params, conv.source, conv.output, ctx.status)
+        if script:
+            write_text(ws.reproduce_py(item.key), script)
+            lines.insert(4, f"# the same with plain framework calls: python {ws.inner(ws.reproduce_py(item.key))}")
+    else:
+        src = ctx.status.model.path or "<source>"
+        lines.append(f"# {item.key} is the source model, copied from {shlex.quote(src)}")
+        lines.append(f"cp {shlex.quote(src)} {shlex.quote(fs.path)}")
+    write_text(ws.reproduce_sh(item.key), "\n".join(lines) + "\n")
+    os.chmod(ws.reproduce_sh(item.key), 0o755)

@@ -1,0 +1,96 @@
+"""Resuming: a re-run reuses every step whose inputs are unchanged. Each conversion,
+verification and profile records an ``inputs_sha256`` over what its result depends on
+(its parent's hash, converter and parameters, package versions, verify rules, samples,
+reference, profile settings); a step is reused when its hash matches the last run's."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+
+from navigator import deps
+from navigator.config import NavigatorConfig
+from navigator.errors import UserInputError
+from navigator.execution.jobs import Task
+from navigator.pipeline.context import Prepared, RunContext
+from navigator.pipeline.tasks import params_dict
+from navigator.workspace import status as status_mod
+from navigator.workspace.status import Status
+
+log = logging.getLogger(__name__)
+
+
+def step_hash(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def resumable(prep: Prepared, config: NavigatorConfig) -> Status | None:
+    """The earlier record of this workspace when a re-run may reuse its steps: not
+    --force, and the same model digest (``Source.sha256``: a file's bytes; a SavedModel
+    directory's whole tree; a ``file.py:factory``'s file, its sibling .py files and its
+    reference outputs), samples, signature and shape profiles. Live objects (an
+    nn.Module passed to the API) have no digest and always start afresh."""
+    ws, source = prep.ws, prep.source
+    if config.force or not ws.status_path.is_file():
+        return None
+    try:
+        old = status_mod.load(ws.status_path)
+    except UserInputError as e:
+        log.info("not resuming: %s", e.one_line())
+        return None
+    sha = source.sha256()
+    same = (sha is not None and old.model.sha256 == sha and old.samples.sha256 == prep.samples_info.sha256
+            and old.signature.to_dict() == source.signature.to_dict() and old.batch_dim == prep.batch_dim
+            and old.shape_profiles == prep.profiles)
+    return old if same else None
+
+
+def convert_hash(ctx: RunContext, item) -> str:
+    from navigator._version import __version__
+
+    if item.converter is None:
+        return ctx.status.model.sha256 or step_hash("live", ctx.source.key)
+    conv = item.converter
+    parent = ctx.status.formats[item.parent]
+    return step_hash(parent.convert.inputs_sha256, conv.name, params_dict(conv.params_from_config(ctx.config)),
+                     {m: deps.version(m) for m in conv.requires}, __version__)
+
+
+def reuse(ctx: RunContext, item, task: Task) -> Task | None:
+    """Take from the earlier record what is unchanged; returns the task left to run
+    (None when nothing is). Hashes of every step are noted for the new record."""
+    from navigator.pipeline.execute import converted_task
+
+    fs = ctx.status.formats[item.key]
+    old = ctx.resume_from.formats.get(item.key) if ctx.resume_from else None
+    if old is not None and task.convert is not None and old.convert.status == "ok" \
+            and old.convert.inputs_sha256 == fs.convert.inputs_sha256 and ctx.ws.abs(fs.path).exists():
+        fs.convert = old.convert
+        fs.io_names = dict(old.io_names)
+        if "static shapes" in (old.convert.exporter or ""):
+            ctx.static_keys.add(item.key)
+        task = converted_task(ctx, item, task)
+        ctx.reporter.step_end(item.key, "convert", None, {"status": "ok", "reason": "reused, inputs unchanged"})
+    kept = []
+    for spec in task.runners:
+        verify_hash = step_hash(fs.convert.inputs_sha256, spec.key, task.verify.to_dict(), task.io_names,
+                                ctx.status.samples.sha256, ctx.status.samples.reference)
+        profile_hash = step_hash(verify_hash, task.profile.to_dict() if task.profile else None)
+        ctx.step_hashes[(item.key, spec.key, "verify")] = verify_hash
+        ctx.step_hashes[(item.key, spec.key, "profile")] = profile_hash
+        # a verify_func (a Python callable) cannot be compared with the last run's: verify again
+        reusable = old is not None and task.convert is None and ctx.verify_func is None
+        before = old.runners.get(spec.key) if reusable else None
+        if (before is not None and before.verify.status == "ok" and before.verify.inputs_sha256 == verify_hash
+                and (task.profile is None or (before.profile.status == "ok"
+                                              and before.profile.inputs_sha256 == profile_hash))):
+            fs.runners[spec.key].verify = before.verify
+            if task.profile is not None:
+                fs.runners[spec.key].profile = before.profile
+            ctx.reporter.step_end(item.key, "verify", spec.key, {"status": "ok", "reason": "reused"})
+            continue
+        kept.append(spec)
+    task = Task.from_dict(task.to_dict())
+    task.runners = kept
+    return task if task.convert is not None or kept else None

@@ -1,0 +1,168 @@
+"""One run: prepare, plan, write the workspace, run the formats, choose the best, and
+turn every way a run can end (done, bad input, Ctrl-C, a full disk, a bug) into its
+record and exit code."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from navigator import formats
+from navigator.config import NavigatorConfig
+from navigator.errors import Interrupted, NavigatorError, UserInputError
+from navigator.execution.worker import DISK_FULL_ERRNOS
+from navigator.pipeline import outcome as outcome_mod
+from navigator.pipeline.context import RunContext
+from navigator.pipeline.diskfull import WorkspaceFull
+from navigator.pipeline.execute import run_formats
+from navigator.pipeline.plan import plan_formats, requested_targets
+from navigator.pipeline.prepare import prepare, resolve_device, write_workspace
+from navigator.pipeline.resume import resumable
+from navigator.workspace.layout import Workspace
+from navigator.workspace.lock import WorkspaceLock
+from navigator.workspace.status import ConvertStep, FormatStatus, Status
+
+log = logging.getLogger("navigator.pipeline")
+
+
+@dataclass
+class RunOutcome:
+    workspace: Workspace
+    status: Status
+    exit_code: int
+    failures: list[str]
+    requested: list[str]
+    timings: dict
+    memory_tree: Any = None     # a live torch source's output tree that status.yaml cannot hold (namedtuples)
+
+
+def _save_if_possible(ctx: RunContext) -> None:
+    """Save the final state; on a full disk the last saved status.yaml stays (the
+    writes are atomic: it is never half-written)."""
+    try:
+        ctx.save()
+    except OSError as e:
+        log.error("status.yaml could not be saved (%s); it keeps the state of its last save", e)
+
+
+class _LogFileHandler(logging.FileHandler):
+    """navigator.log: a record that cannot be written (OSError: a full disk) is
+    dropped silently, where logging's default prints a traceback on the console;
+    other errors (a bad format string) are reported as usual."""
+
+    def handleError(self, record) -> None:
+        if isinstance(sys.exc_info()[1], OSError):
+            return
+        super().handleError(record)
+
+
+def _install_log_handler(ws: Workspace) -> logging.Handler:
+    ws.root.mkdir(parents=True, exist_ok=True)
+    handler = _LogFileHandler(ws.log_path, mode="a", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setLevel(logging.DEBUG)
+    logger = logging.getLogger("navigator")
+    logger.addHandler(handler)
+    if logger.level == logging.NOTSET or logger.level > logging.INFO:
+        logger.setLevel(logging.INFO)
+    return handler
+
+
+def _record_unavailable(ctx: RunContext, unsupported: list[str], dropped: list[str]) -> None:
+    from navigator.converters.registry import registry as converters
+
+    st = ctx.status
+    for t in dropped:
+        log.info("default target %s left out: its packages are not installed", t)
+    plugins = {}
+    for kind, unavailable in (("converter", converters.unavailable), ("format", formats.registry.unavailable)):
+        for name, reason in unavailable.items():
+            log.warning("%s plugin %s is unavailable: %s", kind, name, reason)
+            ctx.reporter.warn(f"{kind} plugin {name} is unavailable: {reason}")
+            plugins[name if kind == "converter" else f"format {name}"] = reason
+    if plugins:
+        st.environment["unavailable_plugins"] = plugins
+    for key in unsupported:
+        k = formats.parse_key(key)
+        st.formats[key] = FormatStatus(format=k.format, precision=k.precision, convert=ConvertStep(
+            status="skipped", reason=f"no converter produces {key} here (precision {k.precision})"))
+
+
+def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_func=None) -> RunOutcome:
+    """The whole pipeline for one model (navigator.pipeline's docstring)."""
+    t0 = time.perf_counter()
+    config = config.resolved()
+    device, runner_devices = resolve_device(config.device)
+    prep = prepare(model, samples, config, reporter)
+    ws, source = prep.ws, prep.source
+    targets, dropped = requested_targets(config, source, device)
+    planned, unsupported = plan_formats(config, source, targets)
+    try:
+        ws.root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:   # the workdir is a file, read-only, … : bad input, not a bug
+        raise UserInputError(f"--workdir: cannot create {ws.root}: {e.strerror or e}") from None
+    timings: dict = {"prepare_s": time.perf_counter() - t0}
+    with WorkspaceLock(ws.lock_path):
+        handler = _install_log_handler(ws)
+        ctx = None
+        try:
+            log.info("navigator convert %s into %s (device %s)", source.path or type(source.obj).__name__, ws.root,
+                     device)
+            previous = resumable(prep, config)
+            st = write_workspace(prep, config, device, keep=previous is not None)
+            if previous is not None:
+                log.info("resuming: the model, samples and profiles are unchanged since %s", previous.updated)
+                reporter.info("resuming: unchanged steps of the last run are reused (--force redoes them)")
+            ctx = RunContext(config=config, ws=ws, status=st, source=source, device=device, reporter=reporter,
+                             runner_devices=runner_devices, resume_from=previous,
+                             verify_func=verify_func, timings=timings)
+            if source.format == "torch" and ctx.is_live:
+                from navigator.sources import torch_support
+
+                ctx.live = torch_support.flat_module(source.obj, source.io)
+            _record_unavailable(ctx, unsupported, dropped)
+            reporter.plan(ws, [p.key for p in planned], unsupported)
+            run_formats(ctx, planned)
+            st.best = outcome_mod.select_best(st, no_profile=config.no_profile)
+            st.state = "complete"
+            ctx.save()
+            if config.triton_repo:   # --triton-repo: the Triton repository of the best format (navigator.triton)
+                from navigator.triton import after_convert
+                after_convert(ws.root, st, config.triton_repo, reporter)
+            code, failures = outcome_mod.outcome_code(st, [t for t in targets if t in st.formats])
+            timings["total_s"] = time.perf_counter() - t0
+            timings["process_starts"] = ctx.process_starts
+            log.info("done in %.2f s with %d worker processes", timings["total_s"], ctx.process_starts)
+            return RunOutcome(ws, st, code, failures, targets, timings,
+                              memory_tree=getattr(getattr(source, "io", None), "memory_tree", None))
+        except KeyboardInterrupt:
+            if ctx is not None:
+                ctx.status.state = "interrupted"
+                _save_if_possible(ctx)
+            raise Interrupted("interrupted; the workspace records state: interrupted") from None
+        except NavigatorError:
+            if ctx is not None and ctx.status.state == "running":
+                ctx.status.state = "interrupted"   # never leave `running` behind
+                _save_if_possible(ctx)
+            raise
+        except OSError as e:
+            if e.errno not in DISK_FULL_ERRNOS:
+                log.exception("internal error")
+                e.navigator_log = str(ws.log_path)
+                raise
+            log.error("the disk is full: %s", e)
+            if ctx is not None and ctx.status.state == "running":
+                ctx.status.state = "interrupted"
+                _save_if_possible(ctx)
+            where = f" writing {e.filename}" if e.filename else ""
+            raise WorkspaceFull(ws, f"{e.strerror or e}{where}") from None
+        except Exception as e:
+            log.exception("internal error")
+            e.navigator_log = str(ws.log_path)   # the CLI names it in its one line
+            raise
+        finally:
+            logging.getLogger("navigator").removeHandler(handler)
+            handler.close()

@@ -1,0 +1,76 @@
+"""Sources: what the user hands in (an ONNX file, a PyTorch module or file, a
+SavedModel or Keras model), its signature, its samples and reference outputs.
+
+- :mod:`~navigator.sources.base`: the ``Source`` record and the digests resuming uses;
+- :mod:`~navigator.sources.onnx`, :mod:`~navigator.sources.torch`,
+  :mod:`~navigator.sources.tensorflow`: the kinds;
+- :mod:`~navigator.sources.signature`: ONNX signatures, batch dims, index bounds;
+- :mod:`~navigator.sources.samples`: sample batches and shape profiles;
+- :mod:`~navigator.sources.torch_support`, :mod:`~navigator.sources.tf_support`: the
+  framework glue, imported only when such a source is used.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from navigator.errors import UserInputError
+from navigator.sources.base import Source
+from navigator.sources.onnx import ONNX_SUFFIXES, open_onnx
+from navigator.sources.tensorflow import open_saved_model, open_tf_object
+from navigator.sources.torch import open_torch, open_torch_file
+
+__all__ = ["Source", "open_source"]
+
+
+def open_source(model: Any, model_format: str | None = None, signature_name: str | None = None) -> Source:
+    """Recognise the model: a path (ONNX file, ...) or a live framework object."""
+    if isinstance(model, str) and ":" in model and model.rpartition(":")[0].endswith(".py"):
+        from navigator import deps
+        from navigator.sources import torch_support
+
+        if not deps.has("torch"):
+            raise UserInputError(f"{model}: a PyTorch factory needs torch", hint="pip install 'navigator[torch]'")
+        return open_torch(torch_support.load_factory(model), model)
+    if isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        fmt = model_format
+        if fmt is None:
+            if path.suffix.lower() in ONNX_SUFFIXES:
+                fmt = "onnx"
+            elif path.suffix.lower() in (".pt", ".pth", ".ts") and path.is_file():
+                fmt = "torchscript"
+            elif path.suffix.lower() == ".pt2" and path.is_file():
+                fmt = "torch_export"
+            elif path.is_dir() and ((path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file()):
+                fmt = "savedmodel"
+            elif not path.exists():
+                raise UserInputError(f"{path}: no such file or directory")
+            else:
+                raise UserInputError(f"{path}: cannot tell the model format from the name; supported here: "
+                                     ".onnx files (give --model-format)")
+        if not path.exists():
+            raise UserInputError(f"{path}: no such file or directory")
+        if fmt == "onnx":
+            if path.is_dir():
+                raise UserInputError(f"{path}: is a directory, expected an .onnx file")
+            return open_onnx(path)
+        if fmt in ("torchscript", "torch_export"):
+            return open_torch_file(path, fmt)
+        if fmt == "savedmodel":
+            return open_saved_model(path, signature_name)
+        raise UserInputError(f"--model-format {fmt!r} is not supported; supported: onnx, torchscript, torch_export, "
+                             "savedmodel")
+    from navigator.sources import tf_support
+
+    if tf_support.is_tf_object(model):
+        return open_tf_object(model, signature_name)
+    from navigator.sources import torch_support
+
+    if torch_support.is_torch_module(model):
+        return open_torch(model, None)
+    raise UserInputError(f"cannot convert an object of type {type(model).__name__}; give an nn.Module, a Keras "
+                         "model, a tf.Module, a path to an .onnx file or a SavedModel directory, or "
+                         "path/to/file.py:factory")

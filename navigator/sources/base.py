@@ -1,0 +1,86 @@
+"""A source: what the user hands in, and how it becomes the first artifact.
+
+Each source knows its format, a default model name, how to read its signature,
+how to bring itself into the workspace (export) and how to compute the reference
+outputs; :mod:`navigator.sources.onnx`, ``.torch`` and ``.tensorflow`` hold the
+kinds, :func:`navigator.sources.open_source` recognises them. Digests
+(``Source.sha256``) decide whether a re-run may resume.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from navigator.types import ModelSignature
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256_tree(root: Path) -> str:
+    """One digest of a directory tree (a SavedModel): every file's path relative to
+    ``root``, size and content sha256, in sorted order, read in 1 MiB blocks. Symlinked
+    files count by their content; symlinked folders are not entered (os.walk)."""
+    h = hashlib.sha256(b"navigator-tree-v1\n")
+    for folder, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(files):
+            path = Path(folder) / name
+            rel = path.relative_to(root).as_posix()
+            h.update(f"{rel}\0{path.stat().st_size}\0{sha256_file(path)}\n".encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+def sha256_factory(spec: str, reference_digest: str | None) -> str:
+    """The digest a ``file.py:factory`` source resumes by: the factory's name, its
+    file, every other ``*.py`` file of the same folder (where its model classes
+    usually live: a change there is a change of the model) and the digest of the
+    reference outputs it computed on the samples (weights it loads from elsewhere,
+    a package's code: whatever changes the numbers changes the digest). Code
+    outside that folder that does not change the outputs on the samples goes
+    unseen: --force redoes everything."""
+    file, _, attr = spec.rpartition(":")
+    path = Path(file).resolve()
+    h = hashlib.sha256(b"navigator-factory-v1\n")
+    h.update(f"{attr}\0{sha256_file(path)}\n".encode())
+    for sibling in sorted(path.parent.glob("*.py")):
+        if sibling != path and sibling.is_file():
+            h.update(f"{sibling.name}\0{sha256_file(sibling)}\n".encode("utf-8", "surrogateescape"))
+    h.update(f"reference\0{reference_digest}\n".encode())
+    return h.hexdigest()
+
+
+@dataclass
+class Source:
+    format: str                    # source format: onnx, torch, savedmodel, ...
+    key: str                       # key of the first artifact
+    name: str                      # default model name
+    path: Path | None = None
+    obj: Any = None                # live object (nn.Module, Keras model)
+    signature: ModelSignature | None = None
+    index_bounds: dict = field(default_factory=dict)
+    isolated: bool = True          # False when exported in the calling process
+    reference_runner: dict | None = None   # runner spec + options computing the reference
+    digest: str | None = field(default=None, repr=False, compare=False)   # sha256(), computed once
+
+    def sha256(self) -> str | None:
+        """What resuming compares (status.yaml's model.sha256): the bytes of the
+        model; None for a source that has none (a live object): it starts afresh."""
+        if self.digest is None:
+            self.digest = self._digest()
+        return self.digest
+
+    def _digest(self) -> str | None:
+        return sha256_file(self.path) if self.path and self.path.is_file() else None
+
+    def export(self, ws, out_path: Path) -> dict:
+        raise NotImplementedError

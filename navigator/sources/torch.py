@@ -1,0 +1,200 @@
+"""PyTorch sources: a live ``nn.Module`` (API), ``file.py:factory`` (CLI), a
+TorchScript file (.pt) or an ExportedProgram (.pt2). torch is imported inside
+functions only (:mod:`navigator.sources.torch_support`)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from navigator.errors import UserInputError
+from navigator.sources.base import Source, sha256_factory, sha256_file
+
+
+@dataclass
+class TorchSource(Source):
+    """A live ``nn.Module`` (API) or ``file.py:factory`` (CLI). Its signature comes
+    from the samples (or --shapes); the reference is eager fp32 on the CPU, run in
+    the calling process, which also exports the module (``isolated: false``)."""
+
+    factory: str | None = None         # file.py:factory, or the path of a .pt / .pt2 file
+    file_kind: str | None = None       # torchscript | torch_export for a model file
+    io: Any = None
+    default_targets: tuple | None = None
+    generated_float: list = field(default_factory=list)   # inputs generated as float32 by default
+    reference_digest: str | None = None   # of the reference outputs complete() computed
+
+    def _digest(self) -> str | None:
+        if self.file_kind and self.factory:          # a .pt / .pt2 file
+            return sha256_file(Path(self.factory))
+        if self.factory and self.reference_digest:   # file.py:factory, once the reference is known
+            return sha256_factory(self.factory, self.reference_digest)
+        return None                                  # a live module: no resume
+
+    def resolve(self, samples: Any, config, batch_dim_option: int | None, no_batching: bool):
+        """(input signature, user batches as {name: ndarray} or None, batch dim)."""
+        from navigator.sources import torch_support as ts
+        from navigator.types import ModelSignature, TensorSpec
+
+        raw = None
+        if samples is not None:
+            if isinstance(samples, (str, bytes, os.PathLike)):
+                raise UserInputError("samples: a path was given where batches were expected; use --samples DIR")
+            try:
+                iterator = iter(samples)
+            except TypeError:
+                raise UserInputError(f"samples: expected an iterable of batches, got {type(samples).__name__}") \
+                    from None
+            taken = []
+            for i, batch in enumerate(iterator):
+                if i >= (config.sample_count or 10):
+                    break
+                taken.append(batch)
+            if not taken:
+                raise UserInputError("samples: the iterable gave no batches")
+            self.io = ts.call_convention(self.obj, taken[0])
+            raw = [ts.user_batch_to_numpy(b, self.io, f"sample {i}") for i, b in enumerate(taken)]
+        elif config.samples:
+            from navigator.workspace import npz
+
+            files = sorted(Path(config.samples).glob("*.npz")) if Path(config.samples).is_dir() else []
+            if not files:
+                raise UserInputError(f"--samples {config.samples}: no .npz files there")
+            first = npz.load(files[0])
+            self.io = ts.call_convention(self.obj, first)
+        else:
+            shapes = (config.shapes or [None])[0] or {}
+            if not shapes:
+                raise UserInputError("a PyTorch model needs samples or --shapes (e.g. --shapes x:8x3x224x224) "
+                                     "to know its inputs")
+            names = list(shapes)
+            params = ts.forward_parameters(self.obj)
+            if names == params[: len(names)]:
+                self.io = ts.TorchIO(call="positional", inputs=names)
+            elif set(names) <= set(params):
+                self.io = ts.TorchIO(call="kwargs", inputs=[p for p in params if p in names])
+            else:
+                raise UserInputError(f"--shapes names {', '.join(repr(n) for n in names)} do not match forward()'s "
+                                     f"parameters ({', '.join(params)})")
+        first = raw[0] if raw else None
+        ranks = {}
+        dtypes = dict(config.dtypes or {})
+        shape_sets = list(config.shapes or [])
+        for name in self.io.inputs:
+            if first is not None:
+                ranks[name] = first[name].ndim
+                dtypes.setdefault(name, str(first[name].dtype))
+            elif shape_sets:
+                ranks[name] = len(shape_sets[0][name])
+            if name not in dtypes:
+                dtypes[name] = "float32"
+                self.generated_float.append(name)
+        batch_dim = None if no_batching else (batch_dim_option if batch_dim_option is not None else 0)
+        if batch_dim is not None and any(r <= batch_dim for r in ranks.values()):
+            batch_dim = None
+        profile = (config.shape_profiles or [None])[0] or {}
+        inputs = []
+        for name in self.io.inputs:
+            if raw:
+                seen = [b[name].shape for b in raw]
+            elif shape_sets:
+                seen = [tuple(s[name]) for s in shape_sets if name in s]
+            else:
+                seen = []
+            dims = []
+            for axis in range(ranks.get(name, 0)):
+                values = {s[axis] for s in seen}
+                dynamic = axis == batch_dim or len(values) > 1
+                if name in profile and profile[name]["min"][axis] != profile[name]["max"][axis]:
+                    dynamic = True
+                dims.append(-1 if dynamic or not values else next(iter(values)))
+            inputs.append(TensorSpec(name=name, dtype=dtypes[name], shape=dims))
+        self.signature = ModelSignature(inputs=inputs, outputs=[])
+        return raw, batch_dim
+
+    def complete(self, batches: list[dict], batch_dim: int | None) -> list[dict]:
+        """Run the reference; fill in the outputs' names, dtypes and dynamic dims."""
+        from navigator.sources import torch_support as ts
+        from navigator.execution.profiling import batch_of
+        from navigator.types import TensorSpec
+
+        try:
+            reference, _ = ts.run_reference(self.obj, self.io, batches)
+        except UserInputError:
+            raise
+        except Exception as e:
+            hint = None
+            if self.generated_float:
+                hint = (f"inputs {', '.join(self.generated_float)} were generated as float32; pass --dtypes "
+                        "name:int64 for index inputs")
+            raise UserInputError(f"the model failed on the samples in eager mode ({type(e).__name__}: "
+                                 f"{' '.join(str(e).split())[:300]})", hint=hint) from None
+        from navigator.sources.samples import samples_sha256
+
+        self.reference_digest = samples_sha256(reference)
+        self.digest = None
+        probe = None
+        if batch_dim is not None:   # one more run at another batch size shows which output dims follow it
+            size = next(iter(batches[0].values())).shape[batch_dim]
+            try:
+                probe, _ = ts.run_reference(self.obj, self.io, [batch_of(batches[0], batch_dim, size + 1)])
+            except Exception as e:
+                import logging
+
+                logging.getLogger(__name__).warning("the model does not run at batch size %d (%s: %s); its "
+                                                    "output shapes come from the samples alone", size + 1,
+                                                    type(e).__name__, e)
+        outputs = []
+        for name in self.io.outputs:
+            shapes = [r[name].shape for r in reference] + ([probe[0][name].shape] if probe else [])
+            dims = [d if len({s[a] for s in shapes}) == 1 else -1 for a, d in enumerate(shapes[0])]
+            outputs.append(TensorSpec(name=name, dtype=str(reference[0][name].dtype), shape=dims))
+        self.signature.outputs = outputs
+        return reference
+
+    def export(self, ws, out_path: Path) -> dict:
+        """Record how to rebuild the module and its I/O names (formats/torch/)."""
+        import json
+
+        from navigator.sources import torch_support as ts
+        from navigator.workspace.atomic import write_text
+
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        record = ts.source_record(self.factory, self.file_kind)
+        if self.file_kind:   # keep a copy of the model file in the workspace: the record points at it
+            import shutil
+
+            copy = out_path.parent / ("model.pt" if self.file_kind == "torchscript" else "model.pt2")
+            shutil.copyfile(self.factory, copy)
+            record["file"] = str(copy)
+        write_text(out_path, json.dumps(record, indent=1) + "\n")
+        ts.write_io(out_path.parent, self.io)
+        return {"exporter": self.file_kind or ("factory" if self.factory else "live")}
+
+
+def open_torch_file(path: Path, kind: str) -> TorchSource:
+    """A TorchScript file (.pt) or an ExportedProgram (.pt2): loaded here for the
+    reference, reloaded from the workspace's copy in every worker."""
+    from navigator import deps
+    from navigator.sources import torch_support as ts
+
+    if not deps.has("torch"):
+        raise UserInputError(f"{path}: a PyTorch model file needs torch", hint="pip install 'navigator[torch]'")
+    module = ts.load_model_file(path, kind)
+    source = TorchSource(format="torch", key="torch", name=path.stem, obj=module, isolated=True,
+                         factory=str(path.resolve()), file_kind=kind, reference_runner=None)
+    if kind == "torchscript":   # torch.export cannot capture a ScriptModule
+        source.default_targets = ("torch", "onnx", "onnx-optimized")
+    return source
+
+
+def open_torch(model: Any, factory: str | None) -> TorchSource:
+    from navigator.sources import torch_support as ts
+
+    module = ts.prepare_module(model)
+    name = Path(factory.rpartition(":")[0]).stem if factory else type(model).__name__
+    # A factory is rebuilt in every worker; a live object is used only in this process.
+    return TorchSource(format="torch", key="torch", name=name, obj=module, isolated=factory is not None,
+                       factory=factory, reference_runner=None)
