@@ -43,9 +43,9 @@ def external_tensors(model) -> list:
     """Every tensor of ``model`` (initializers, attributes, subgraphs) stored as external data."""
     import onnx
 
-    from navigator.sources.signature import _all_tensors
+    from navigator.sources.signature import all_tensors
 
-    return [t for t in _all_tensors(model.graph) if t.data_location == onnx.TensorProto.EXTERNAL]
+    return [t for t in all_tensors(model.graph) if t.data_location == onnx.TensorProto.EXTERNAL]
 
 
 def _entry(tensor, key: str) -> str | None:

@@ -321,7 +321,7 @@ def build_engine(*, builder: str, onnx_path: Path, plan_path: Path, profiles: li
     ``engine.yaml`` beside it."""
     import importlib
 
-    from navigator import engine as engine_mod
+    from navigator.tools import engine as engine_mod
 
     if builder not in BUILDERS:
         raise ValueError(f"unknown builder {builder!r}")

@@ -57,12 +57,12 @@ class Result:
     def gate(self, policy, *, baseline: str | os.PathLike | None = None, junit: str | os.PathLike | None = None,
              markdown: str | os.PathLike | None = None, raise_on_failure: bool = False):
         """Check this workspace against a release policy (a YAML path or a mapping, as
-        ``navigator gate``): returns a ``navigator.gate.GateResult`` (``.passed``,
+        ``navigator gate``): returns a ``navigator.tools.gate.GateResult`` (``.passed``,
         ``.checks``), written to report/gate.json (and ``junit`` / ``markdown`` when
         given). A malformed policy raises UserInputError; a failed gate raises
         GateFailed only with ``raise_on_failure=True``."""
         from navigator.errors import GateFailed
-        from navigator.gate import evaluate
+        from navigator.tools.gate import evaluate
 
         result = evaluate(self.workspace, policy, baseline=baseline)
         result.write(self.workspace, junit=junit, markdown=markdown)
@@ -73,7 +73,9 @@ class Result:
     def unflatten(self, outputs: dict):
         """Outputs by name (as runners return them) back in the source model's own
         structure (a PyTorch module's dict / tuple / namedtuple); unchanged otherwise."""
-        io_file = self.workspace / "formats" / "torch" / "io.json"
+        from navigator.workspace.layout import Workspace
+
+        io_file = Workspace(self.workspace).torch_source_dir / "io.json"
         if not io_file.is_file():
             return outputs
         from navigator.sources import torch_support

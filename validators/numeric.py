@@ -56,20 +56,11 @@ class Accumulator:
         if out.shape != ref.shape:
             self.fail(f"shape {list(out.shape)} != reference {list(ref.shape)}{where}")
             return
-        if out.dtype.kind in "fc" or ref.dtype.kind in "fc":
-            out_nan = np.isnan(out) if out.dtype.kind in "fc" else np.zeros(out.shape, bool)
-            ref_nan = np.isnan(ref) if ref.dtype.kind in "fc" else np.zeros(ref.shape, bool)
-            if out_nan.any() or ref_nan.any():
-                if allow_nan and np.array_equal(out_nan, ref_nan):
-                    # masked before the comparison: NaN passes where the reference has NaN
-                    out = np.where(out_nan, np.zeros((), out.dtype), out)
-                    ref = np.where(ref_nan, np.zeros((), ref.dtype), ref)
-                else:
-                    where_nan = "output" if out_nan.any() and not ref_nan.any() else (
-                        "reference" if not out_nan.any() else "output and reference")
-                    hint = "" if allow_nan else " (--allow-nan lets NaN pass where the reference has NaN)"
-                    self.fail(f"NaN in the {where_nan}{where}{hint}")
-                    return
+        out, ref, nan = mask_nan(out, ref, allow_nan=allow_nan)
+        if nan:
+            hint = "" if allow_nan else " (--allow-nan lets NaN pass where the reference has NaN)"
+            self.fail(f"{nan}{where}{hint}")
+            return
         if rule.mode == "exact":
             if not np.array_equal(out, ref):
                 n = int(np.count_nonzero(out != ref))
@@ -78,8 +69,8 @@ class Accumulator:
             return
         if rule.mode == "mismatch_fraction":
             if out.dtype.kind in "fc" or ref.dtype.kind in "fc":
-                absdiff, reldiff = _diffs(out, ref)
-                mism = _elementwise_fail(absdiff, reldiff, rule)
+                absdiff, reldiff = diffs(out, ref)
+                mism = elementwise_fail(absdiff, reldiff, rule.atol, rule.rtol)
             else:
                 mism = out != ref
             self._mismatch[0] += int(np.count_nonzero(mism))
@@ -114,7 +105,7 @@ class Accumulator:
         if out.size == 0:
             return 0.0, 0.0
         c, rule = self.check, self.rule
-        absdiff, reldiff = _diffs(out, ref)
+        absdiff, reldiff = diffs(out, ref)
         nan_abs, nan_rel = np.isnan(absdiff), np.isnan(reldiff)
         max_abs = float(np.max(absdiff[~nan_abs])) if not nan_abs.all() else 0.0
         max_rel = float(np.max(reldiff[~nan_rel])) if not nan_rel.all() else 0.0
@@ -165,7 +156,26 @@ def _cast_up(arr):
     return arr
 
 
-def _diffs(out, ref):
+def mask_nan(out, ref, *, allow_nan: bool):
+    """(out, ref, problem). NaN always fails, even NaN == NaN (Polygraphy's rule), unless
+    ``allow_nan`` and the reference has NaN in exactly the same places: then both are masked
+    (zeroed) before the comparison. ``problem`` says where NaN is when it fails, else None."""
+    import numpy as np
+
+    if not (out.dtype.kind in "fc" or ref.dtype.kind in "fc"):
+        return out, ref, None
+    out_nan = np.isnan(out) if out.dtype.kind in "fc" else np.zeros(out.shape, bool)
+    ref_nan = np.isnan(ref) if ref.dtype.kind in "fc" else np.zeros(ref.shape, bool)
+    if not (out_nan.any() or ref_nan.any()):
+        return out, ref, None
+    if allow_nan and np.array_equal(out_nan, ref_nan):
+        return np.where(out_nan, np.zeros((), out.dtype), out), np.where(ref_nan, np.zeros((), ref.dtype), ref), None
+    where = "output" if out_nan.any() and not ref_nan.any() else (
+        "reference" if not out_nan.any() else "output and reference")
+    return out, ref, f"NaN in the {where}"
+
+
+def diffs(out, ref):
     """absdiff and reldiff exactly as Polygraphy computes them: floats in their own
     (cast-up) precision, matching infinities equal, zeros of the reference replaced."""
     import numpy as np
@@ -185,9 +195,9 @@ def _diffs(out, ref):
     return absdiff, reldiff
 
 
-def _elementwise_fail(absdiff, reldiff, rule: OutputRule):
+def elementwise_fail(absdiff, reldiff, atol: float, rtol: float):
     """Polygraphy's elemwise mismatch: fails both tolerances (NaN fails)."""
-    return ~(absdiff <= rule.atol) & ~(reldiff <= rule.rtol)
+    return ~(absdiff <= atol) & ~(reldiff <= rtol)
 
 
 class _TorchAbsent:

@@ -110,6 +110,33 @@ class Workspace:
         return self.root / "report"
 
     @property
+    def serving_dir(self) -> Path:
+        """``serving/``: the last serving profile (``navigator profile --triton``)."""
+        return self.root / "serving"
+
+    @property
+    def serving_partial_dir(self) -> Path:
+        """Where a serving profile writes until it ends with a result (then renamed to serving/)."""
+        return self.root / ".serving.partial"
+
+    @property
+    def gate_report(self) -> Path:
+        return self.report_dir / "gate.json"
+
+    def debug_report(self, key: str) -> Path:
+        return self.report_dir / f"debug-{key}.json"
+
+    @property
+    def record_dirs(self) -> list[Path]:
+        """The folders that hold the run's own records (no user output may be written inside)."""
+        return [self.formats_dir, self.samples_dir, self.jobs_dir]
+
+    @property
+    def torch_source_dir(self) -> Path:
+        """``formats/torch/``: how to rebuild a PyTorch source (source.json, io.json)."""
+        return self.format_dir("torch")
+
+    @property
     def formats_dir(self) -> Path:
         return self.root / "formats"
 

@@ -44,7 +44,7 @@ def _engine_yaml(plan) -> dict:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from navigator import engine
+    from navigator.tools import engine
 
     header = engine.read_header(args.plan)
     info = _engine_yaml(args.plan)

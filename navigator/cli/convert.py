@@ -1,7 +1,8 @@
 """navigator convert MODEL: export, convert, verify and profile a model.
 
-MODEL is an .onnx file (later: a SavedModel directory, a TorchScript file or
-``file.py:factory``). The workspace lands in --workdir; status.yaml records
+MODEL is an .onnx file, a TensorFlow SavedModel directory, a TorchScript (.pt) or
+ExportedProgram (.pt2) file, or path/to/file.py:factory (a function returning a
+torch.nn.Module). The workspace lands in --workdir; status.yaml records
 every step. Exit 0 when every requested target is ok (or skipped for a
 missing package), 1 when one failed (0 with --allow-failures), 2 on bad input.
 """

@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from navigator import debug
+    from navigator.tools import debug
     from navigator.console import Reporter
 
     report = debug.debug_workspace(args.workspace, args.key, runner=args.runner, atol=args.atol, rtol=args.rtol)

@@ -74,7 +74,7 @@ def _convert(args: argparse.Namespace, policy, reporter) -> Path:
 def run(args: argparse.Namespace) -> int:
     from navigator import console
     from navigator.errors import GateFailed, UserInputError
-    from navigator.gate import evaluate, load_policy
+    from navigator.tools.gate import evaluate, load_policy
 
     policy = load_policy(args.policy)
     reporter = console.Reporter("quiet" if getattr(args, "quiet", False) else "auto")

@@ -38,29 +38,28 @@ def kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+def _wait(proc: subprocess.Popen, seconds: float) -> tuple[int | None, float | None]:
+    """Reap ``proc`` within ``seconds``: (exit code, peak RSS MiB), (None, None) when it still runs."""
+    deadline = time.monotonic() + seconds
+    while True:
+        code, peak = reap(proc, block=False)
+        if code is not None or time.monotonic() >= deadline:
+            return code, peak
+        time.sleep(0.02)
+
+
 def stop_group(proc: subprocess.Popen, *, grace_s: float, kill_wait_s: float = 5.0) -> float | None:
     """SIGTERM to ``proc``'s process group, up to ``grace_s`` for the leader to end, then
     SIGKILL to the group whatever happened; the leader is reaped. Returns its peak RSS (MiB)
     when known. ``proc`` must lead its group (started with ``start_new_session=True``)."""
-    pgid = proc.pid
     peak = None
     if proc.returncode is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            code, peak = reap(proc, block=False)
-            if code is not None:
-                break
-            time.sleep(0.02)
-    kill_group(pgid)
+            os.killpg(proc.pid, signal.SIGTERM)
+        _, peak = _wait(proc, grace_s)
+    kill_group(proc.pid)
     if proc.returncode is None:
-        deadline = time.monotonic() + kill_wait_s
-        while time.monotonic() < deadline:
-            code, peak = reap(proc, block=False)
-            if code is not None:
-                break
-            time.sleep(0.02)
+        _, peak = _wait(proc, kill_wait_s)
     return peak
 
 

@@ -9,7 +9,7 @@ import time
 
 from navigator import deps, formats
 from navigator.errors import UserInputError
-from navigator.execution.jobs import Task
+from navigator.execution.jobs import RunnerTask, Task
 from navigator.pipeline import resume
 from navigator.pipeline.context import RunContext
 from navigator.pipeline.diskfull import WorkspaceFull, says_disk_full
@@ -79,7 +79,7 @@ def _reference_from(ctx: RunContext, key: str) -> None:
     sig = ctx.status.signature
     options = {"inputs": [fs.io_names.get(n, n) for n in sig.input_names],
                "outputs": [fs.io_names.get(n, n) for n in sig.output_names], "precision": fs.precision}
-    task = reference_task(fs.path, spec.to_dict() | {"options": options}, io_names=fs.io_names)
+    task = reference_task(fs.path, RunnerTask.of(spec, **options), io_names=fs.io_names)
     run_job(ctx, "reference", [task], ctx.ws.reference_worker_log, [])
     if not ctx.ws.reference_files():
         raise_reference_failed(ctx)

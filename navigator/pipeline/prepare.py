@@ -152,9 +152,8 @@ def write_workspace(prep: Prepared, config: NavigatorConfig, device: str, *, kee
         st.samples.reference = {"key": source.key, "runner": "torch eager fp32, cpu, calling process"}
     elif config.reference in (None, source.key):
         runner = source.reference_runner
-        st.samples.reference = {"key": source.key,
-                                "runner": f"{runner['runner']}-{runner.get('provider') or runner['device']}",
-                                **({"options": runner["options"]} if runner.get("options") else {})}
+        st.samples.reference = {"key": source.key, "runner": runner.key,
+                                **({"options": dict(runner.options)} if runner.options else {})}
     st.created = status_mod.now()
     status_mod.save(st, ws.status_path)
     return st

@@ -76,11 +76,10 @@ def format_task(ctx: RunContext, item, fs: FormatStatus) -> Task:
     return task
 
 
-def reference_task(artifact: str, runner: dict, *, io_names: dict | None = None) -> Task:
-    """The reference outputs from ``runner`` (``{runner, device, provider[, options]}``)."""
+def reference_task(artifact: str, runner: RunnerTask, *, io_names: dict | None = None) -> Task:
+    """The reference outputs of every stored sample, from ``runner``."""
     return Task(kind="reference", key="reference", artifact=artifact, io_names=dict(io_names or {}),
-                reference_runner=RunnerTask(runner=runner["runner"], device=runner["device"],
-                                            provider=runner.get("provider"), options=dict(runner.get("options") or {})))
+                reference_runner=RunnerTask.from_dict(runner.to_dict()))
 
 
 def sys_path_for(cls) -> list[str]:

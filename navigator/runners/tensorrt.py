@@ -35,7 +35,7 @@ class TensorRTRunner(Runner):
         self._check_here()
         import importlib
 
-        from navigator import engine as engine_mod
+        from navigator.tools import engine as engine_mod
 
         header = engine_mod.read_header(self.path)
         trt = importlib.import_module(self.module)

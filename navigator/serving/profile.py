@@ -21,12 +21,9 @@ constraints or none could be measured; 2 for bad input.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
 import os
-import platform
 import shutil
 import subprocess
 import time
@@ -35,7 +32,7 @@ from pathlib import Path
 
 from navigator.errors import NavigatorError, UserInputError
 from navigator.triton import backends
-from navigator.triton.server import STANDINS
+from navigator.serving.outputs import backend_of, build_record, gpu_memory_mb, write_outputs
 from navigator.serving import search as search_mod
 from navigator.serving.measure import LAST, MAX_WINDOWS, Measurement, concurrency_range
 from navigator.serving.search import Candidate, ConfigResult, Objective, Space, StopRule
@@ -102,7 +99,7 @@ class ServingOptions:
 
 
 @dataclass
-class _Run:
+class ServingRun:
     """State shared by the steps of one run."""
 
     ws: object
@@ -142,26 +139,26 @@ def run(workspace, opts: ServingOptions, reporter=None) -> int:
     ws = Workspace.find(workspace)
     with WorkspaceLock(ws.lock_path):
         st = status_mod.load(ws.status_path)
-        final = ws.root / "serving"
-        out = ws.root / ".serving.partial"     # becomes serving/ when the run ends with a result
+        final = ws.serving_dir
+        out = ws.serving_partial_dir     # becomes serving/ when the run ends with a result
         if out.exists():
             shutil.rmtree(out)
         out.mkdir(parents=True)
         try:
             # measurements end early enough for the finish (server stop, tables, plots, report) to fit
             reserve = min(FINISH_RESERVE_S, 0.1 * opts.budget_s)
-            r = _Run(ws=ws, st=st, opts=opts, out=out, scratch=out / "repo", deadline=t0 + opts.budget_s - reserve,
+            r = ServingRun(ws=ws, st=st, opts=opts, out=out, scratch=out / "repo", deadline=t0 + opts.budget_s - reserve,
                      window_s=opts.measurement_ms / 1000.0, levels=concurrency_range(opts.concurrency))
             _emit(r, reporter)
             apply_repo = _apply_target(r) if opts.apply is not None else None
             space = _space(r)
             objective = Objective(opts.objective, opts.max_p99_ms, opts.min_throughput)
-            reporter.info(f"serving profile of {r.model} ({r.key}, {_backend(r.base)}): {opts.search} search over "
+            reporter.info(f"serving profile of {r.model} ({r.key}, {backend_of(r.base)}): {opts.search} search over "
                           f"{space.size()} configuration(s), concurrency {', '.join(map(str, r.levels))}, "
                           f"{objective.describe()}, budget {opts.budget_s:g} s")
             outcome = _search(r, space, objective, reporter)
-            record = _record(r, space, objective, outcome, time.monotonic() - t0)
-            _write_outputs(r, space, objective, outcome, record, reporter)
+            record = build_record(r, space, objective, outcome, time.monotonic() - t0)
+            write_outputs(r, space, objective, outcome, record, reporter)
         except BaseException:
             shutil.rmtree(out, ignore_errors=True)   # a failed run leaves the previous serving/ as it was
             raise
@@ -191,7 +188,7 @@ def run(workspace, opts: ServingOptions, reporter=None) -> int:
 
 
 # --------------------------------------------------------------------------- steps
-def _emit(r: _Run, reporter) -> None:
+def _emit(r: ServingRun, reporter) -> None:
     from navigator.serving import inputs, variants
     from navigator.triton import emit
     from navigator.triton.options import TritonOptions
@@ -210,7 +207,7 @@ def _emit(r: _Run, reporter) -> None:
     if any(m.role == "ensemble" for m in result.models):   # pragma: no cover - emit makes ensembles on request only
         raise UserInputError("serving profiles measure one model, not an ensemble")
     r.base = variants.load_config(r.scratch / r.model / "config.pbtxt")
-    backend = _backend(r.base)
+    backend = backend_of(r.base)
     if backend != "python" and not opts.cpu_backends and opts.tritonserver is None:
         raise UserInputError(
             f"{key} is served by the {backend} backend, which the local Triton {_triton_version()} server lacks "
@@ -223,7 +220,7 @@ def _emit(r: _Run, reporter) -> None:
     (r.out / "perf_input.json").write_text(json.dumps(r.data.perf_analyzer_json()), encoding="utf-8")
 
 
-def _apply_target(r: _Run) -> Path:
+def _apply_target(r: ServingRun) -> Path:
     """``--apply [REPO]``: checked before the search, so a missing target costs no measuring."""
     repo = (Path(r.opts.apply).expanduser() if r.opts.apply else r.ws.triton_dir).resolve()
     if not (repo / r.model / "config.pbtxt").is_file():
@@ -232,17 +229,13 @@ def _apply_target(r: _Run) -> Path:
     return repo
 
 
-def _backend(cfg) -> str:
-    return cfg.backend or cfg.platform or "?"
-
-
 def _triton_version() -> str:
     from navigator.triton import server
 
     return server.TRITON_VERSION
 
 
-def _space(r: _Run) -> Space:
+def _space(r: ServingRun) -> Space:
     opts, base = r.opts, r.base
     cores = os.cpu_count() or 1
     instances = tuple(sorted(set(opts.instance_counts))) if opts.instance_counts else \
@@ -270,7 +263,7 @@ def _space(r: _Run) -> Space:
     return Space(instances, sizes, delays)
 
 
-def _choose_tool(r: _Run, reporter) -> None:
+def _choose_tool(r: ServingRun, reporter) -> None:
     mode = r.opts.perf_analyzer
     r.tool = "navigator"
     if mode == "off":
@@ -294,7 +287,7 @@ def _choose_tool(r: _Run, reporter) -> None:
         reporter.info(f"perf_analyzer not usable ({why}); measuring with navigator's load generator")
 
 
-def _search(r: _Run, space: Space, objective: Objective, reporter) -> search_mod.SearchOutcome:
+def _search(r: ServingRun, space: Space, objective: Objective, reporter) -> search_mod.SearchOutcome:
     from navigator.triton.server import TritonServer, prepare
 
     r.env = prepare(quiet=True)
@@ -332,7 +325,7 @@ def _search(r: _Run, space: Space, objective: Objective, reporter) -> search_mod
     return outcome
 
 
-def _evaluate(r: _Run, cand: Candidate, objective: Objective, rule: StopRule, has_time) -> ConfigResult:
+def _evaluate(r: ServingRun, cand: Candidate, objective: Objective, rule: StopRule, has_time) -> ConfigResult:
     from navigator.serving import variants
 
     t0 = time.monotonic()
@@ -365,14 +358,14 @@ def _evaluate(r: _Run, cand: Candidate, objective: Objective, rule: StopRule, ha
     except UserInputError as e:
         return ConfigResult(cand, status="failed", reason=e.one_line(), measurements=measurements,
                             duration_s=time.monotonic() - t0)
-    mem = _gpu_memory_mb(r.server.metrics_url)
+    mem = gpu_memory_mb(r.server.metrics_url)
     if mem is not None:
         r.gpu_mem[cand.name] = mem
     return ConfigResult(cand, status="ok", reason="; ".join(notes) or None, measurements=measurements,
                         duration_s=time.monotonic() - t0)
 
 
-def _point(r: _Run, cand: Candidate, concurrency: int, batch_size: int) -> Measurement:
+def _point(r: ServingRun, cand: Candidate, concurrency: int, batch_size: int) -> Measurement:
     from navigator.serving import handoff, loadgen
     from navigator.serving import perf_analyzer as pa
 
@@ -392,7 +385,7 @@ def _point(r: _Run, cand: Candidate, concurrency: int, batch_size: int) -> Measu
                            window_ms=r.opts.measurement_ms, deadline=r.deadline, max_windows=windows)
 
 
-def _min_point_s(r: _Run) -> float:
+def _min_point_s(r: ServingRun) -> float:
     """The shortest a point can take: 3 windows; with perf_analyzer 3 more (its re-run when
     it gives up on stability) and its start-up."""
     if r.tool == "perf_analyzer":
@@ -400,7 +393,7 @@ def _min_point_s(r: _Run) -> float:
     return LAST * r.window_s + WARMUP_S + 0.3
 
 
-def _window_cap(r: _Run) -> int:
+def _window_cap(r: ServingRun) -> int:
     """Windows this point may take: Perf Analyzer's 10, fewer (3 at least) when the
     configuration's fair share of the remaining budget (remaining / configurations not
     yet measured) spread over its remaining points is shorter, so one noisy configuration
@@ -423,241 +416,3 @@ def _say(reporter, res: ConfigResult, objective: Objective) -> None:
     flag = "" if ok else " (does not meet the constraints)"
     reporter.info(f"[ok] {res.candidate.name}{dur}: {best.throughput:.1f} infer/s at concurrency "
                   f"{best.concurrency}, p99 {best.p99_ms:.3f} ms{flag}")
-
-
-def gpu_memory_from_metrics(text: str) -> float | None:
-    """MB of ``nv_gpu_memory_used_bytes`` summed over the GPUs of a Prometheus text page."""
-    total, seen = 0.0, False
-    for line in text.splitlines():
-        if line.startswith("nv_gpu_memory_used_bytes"):
-            try:
-                total += float(line.rsplit(None, 1)[1])
-                seen = True
-            except (IndexError, ValueError):
-                continue
-    return round(total / 1e6, 1) if seen else None
-
-
-def _gpu_memory_mb(metrics_url: str | None = None) -> float | None:
-    """Used GPU memory (MB): the server's metrics endpoint (``nv_gpu_memory_used_bytes``),
-    else nvidia-smi; None without a GPU."""
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return None
-    if metrics_url:
-        import urllib.request
-
-        try:
-            with urllib.request.urlopen(metrics_url, timeout=5) as resp:
-                mb = gpu_memory_from_metrics(resp.read().decode("utf-8", "replace"))
-            if mb is not None:
-                return mb
-        except OSError:
-            pass
-    try:
-        p = subprocess.run([smi, "--query-gpu=memory.used", "--format=csv,noheader,nounits"], capture_output=True,
-                           text=True, timeout=10)
-        return float(p.stdout.split()[0]) if p.returncode == 0 and p.stdout.strip() else None
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        return None
-
-
-def machine() -> dict:
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    gpu = None
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            p = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
-                               timeout=10)
-            gpu = p.stdout.strip().splitlines()[0] if p.returncode == 0 and p.stdout.strip() else None
-        except (OSError, subprocess.TimeoutExpired):
-            gpu = None
-    return {"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu, "platform": platform.platform()}
-
-
-# --------------------------------------------------------------------------- records and files
-def _point_record(m: Measurement):
-    from navigator.workspace.status import ServingPoint
-
-    return ServingPoint(concurrency=m.concurrency, batch_size=m.batch_size, throughput=round(m.throughput, 3),
-                        latency_ms=dict(m.latency_ms), windows=m.windows, stable=m.stable)
-
-
-def _config_record(res: ConfigResult, objective: Objective, preferred: list[int]):
-    from navigator.workspace.status import ServingConfig
-
-    c = res.candidate
-    best, ok = objective.best(res.measurements) if res.status == "ok" else (None, False)
-    return ServingConfig(name=c.name, instances=c.instances, max_batch_size=c.max_batch_size,
-                         dynamic_batching=c.delay_us is not None and c.max_batch_size > 0,
-                         max_queue_delay_us=c.delay_us if c.max_batch_size else None,
-                         preferred_batch_sizes=[p for p in preferred if c.delay_us is not None and
-                                                1 <= p <= c.max_batch_size],
-                         status=res.status, reason=res.reason,
-                         meets_constraints=ok if res.status == "ok" else None,
-                         best=_point_record(best) if best is not None else None,
-                         results=[_point_record(m) for m in res.measurements])
-
-
-def _record(r: _Run, space: Space, objective: Objective, outcome, duration_s: float):
-    from navigator.workspace.status import ServingStatus, now
-
-    ranked = outcome.ranked(objective)
-    chosen = outcome.chosen(objective)
-    configs = [_config_record(x, objective, r.preferred) for x in outcome.results]
-    configs += [_config_record(x, objective, r.preferred) for x in outcome.skipped]
-    skipped = [f"{x.candidate.name}: {x.reason}" for x in outcome.skipped] + list(outcome.stopped)
-    status, reason = "ok", None
-    if chosen is None:
-        status = "failed"
-        measured = [x for x in outcome.results if x.status == "ok" and x.measurements]
-        if not measured:
-            failed = [x for x in outcome.results if x.status == "failed"]
-            reason = ("no configuration could be measured" +
-                      (f": {failed[0].candidate.name}: {failed[0].reason}" if failed else
-                       f" within --budget-s {r.opts.budget_s:g}"))
-        else:
-            best = ranked[0]
-            m, _ = objective.best(best.measurements)
-            reason = (f"no configuration meets {objective.constraints_text()}: the best, {best.candidate.name}, "
-                      f"has p99 {m.p99_ms:.3f} ms at {m.throughput:.1f} infer/s (concurrency {m.concurrency}"
-                      + (f", {m.errors} failed requests" if m.errors else "") + ")")
-    stand_in = bool(r.opts.cpu_backends and any(_backend(r.base).startswith(b) for b in STANDINS))
-    return ServingStatus(
-        status=status, reason=reason, date=now(), duration_s=round(duration_s, 2), budget_s=r.opts.budget_s,
-        machine=machine(), model=r.model, key=r.key, backend=_backend(r.base), stand_in=stand_in, tool=r.tool,
-        search=r.opts.search,
-        objective={"kind": objective.kind, "max_p99_ms": objective.max_p99_ms,
-                   "min_throughput": objective.min_throughput},
-        measurement_ms=r.opts.measurement_ms, concurrency=list(r.levels), batch_sizes=list(r.opts.batch_sizes),
-        configurations=configs, skipped=skipped, ranked=[x.candidate.name for x in ranked],
-        chosen=chosen.candidate.name if chosen else None)
-
-
-_LAT = ("avg", "p50", "p90", "p95", "p99")
-
-
-def _csv(rows: list[list], header: list[str]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(header)
-    w.writerows(rows)
-    return buf.getvalue()
-
-
-def provenance(record) -> list[str]:
-    m = record.machine or {}
-    return [f"model {record.model} (format {record.key}), backend {record.backend}"
-            + (" through a CPU STAND-IN (not NVIDIA's backend: figures not representative)" if record.stand_in else ""),
-            f"machine: {m.get('cpu') or '?'}, {m.get('cores')} cores, GPU {m.get('gpu') or 'none'}; "
-            f"{m.get('platform', '')}",
-            f"tool {record.tool}, {record.search} search, measurement windows {record.measurement_ms} ms, "
-            f"date {record.date}"]
-
-
-def _write_outputs(r: _Run, space: Space, objective: Objective, outcome, record, reporter) -> None:
-    from navigator.serving import handoff, plots, variants
-    from navigator.workspace.atomic import write_text
-
-    out = r.out
-    files: dict[str, str] = {}
-    point_rows, ranked_rows = [], []
-    for c in record.configurations:
-        for p in c.results:
-            point_rows.append([c.name, c.instances, c.max_batch_size, c.max_queue_delay_us, p.concurrency,
-                               p.batch_size, p.throughput, *[p.latency_ms.get(k) for k in _LAT], p.windows,
-                               p.stable])
-    by_name = {c.name: c for c in record.configurations}
-    for rank, name in enumerate(record.ranked, 1):
-        c = by_name[name]
-        b = c.best
-        ranked_rows.append([rank, name, c.instances, c.max_batch_size, c.dynamic_batching, c.max_queue_delay_us,
-                            c.meets_constraints, b.concurrency, b.batch_size, b.throughput,
-                            *[b.latency_ms.get(k) for k in _LAT], b.stable])
-    head = ["configuration", "instances", "max_batch_size", "max_queue_delay_us", "concurrency", "batch_size",
-            "throughput", *[f"{k}_ms" for k in _LAT], "windows", "stable"]
-    write_text(out / "results.csv", _csv(point_rows, head))
-    write_text(out / "ranked.csv", _csv(ranked_rows, ["rank", "configuration", "instances", "max_batch_size",
-                                                      "dynamic_batching", "max_queue_delay_us", "meets_constraints",
-                                                      "concurrency", "batch_size", "throughput",
-                                                      *[f"{k}_ms" for k in _LAT], "stable"]))
-    files.update(results_csv="serving/results.csv", ranked_csv="serving/ranked.csv")
-    prov = provenance(record)
-    if record.chosen:
-        text = (out / "configs" / f"{record.chosen}.config.pbtxt").read_text(encoding="utf-8")
-        head_lines = [f"# navigator profile --triton: chosen configuration {record.chosen} "
-                      f"({objective.describe()})", *[f"# {x}" for x in prov]]
-        write_text(out / "chosen.config.pbtxt", "\n".join(head_lines) + "\n" + text)
-        write_text(r.scratch / r.model / "config.pbtxt", text)   # serving/repo serves the chosen one
-        variants.load_config(out / "chosen.config.pbtxt")   # still a valid ModelConfig with the comments
-        files["chosen_config"] = "serving/chosen.config.pbtxt"
-    files["perf_input"] = "serving/perf_input.json"
-    kind = r.base.instance_group[0].kind if r.base.instance_group else 0
-    from tritonclient.grpc import model_config_pb2 as mc
-
-    ma = handoff.model_analyzer_config(
-        repo=r.ws.triton_dir, model=r.model, space=space, concurrency=r.levels, batch_sizes=list(r.opts.batch_sizes),
-        objective=objective, search=r.opts.search, input_data="perf_input.json", shapes=r.data.shape_flags(),
-        kind=mc.ModelInstanceGroup.Kind.Name(kind), preferred=r.preferred, measurement_ms=r.opts.measurement_ms)
-    notes = []
-    if None in space.delays_us:
-        notes.append("configurations without dynamic batching were also measured here; Model Analyzer sweeps "
-                     "the delays listed only")
-    handoff.write_model_analyzer_yaml(out / "model_analyzer.yaml", ma, prov, notes)
-    order = ([record.chosen] if record.chosen else []) + [n for n in r.commands if n != record.chosen]
-    groups = [(n + (" (chosen)" if n == record.chosen else ""), f"configs/{n}.config.pbtxt", r.commands[n])
-              for n in order]
-    handoff.write_perf_analyzer_sh(out / "perf_analyzer.sh", model=r.model, groups=groups, provenance=prov)
-    files.update(model_analyzer_yaml="serving/model_analyzer.yaml", perf_analyzer_sh="serving/perf_analyzer.sh")
-    measured = [by_name[n].to_dict() for n in record.ranked]
-    title = f"{r.model} ({record.backend}{', stand-in' if record.stand_in else ''}; {record.tool})"
-    try:
-        if measured:
-            plots.throughput_v_latency(out / "throughput_v_latency.png", measured, chosen=record.chosen,
-                                       max_p99_ms=objective.max_p99_ms, title=f"throughput vs p99 latency: {title}")
-            files["throughput_v_latency"] = "serving/throughput_v_latency.png"
-            focus = by_name[record.chosen or record.ranked[0]].to_dict()
-            plots.latency_v_concurrency(out / "latency_v_concurrency.png", focus,
-                                        title=f"latency percentiles of {focus['name']}: {title}")
-            files["latency_v_concurrency"] = "serving/latency_v_concurrency.png"
-            if r.gpu_mem:
-                pts = [(n, by_name[n].best.latency_ms.get("p99", 0.0), r.gpu_mem[n]) for n in record.ranked
-                       if n in r.gpu_mem]
-                plots.gpu_mem_v_latency(out / "gpu_mem_v_latency.png", pts, title=f"GPU memory vs p99: {title}")
-                files["gpu_mem_v_latency"] = "serving/gpu_mem_v_latency.png"
-    except ImportError as e:
-        reporter.warn(f"no plots: {e} (pip install matplotlib)")
-    write_text(out / "results.json", json.dumps({**record.to_dict(), "files": files,
-                                                 "gpu_memory_mb": r.gpu_mem or None}, indent=1) + "\n")
-    files["results_json"] = "serving/results.json"
-    if (out / "tritonserver.log").is_file():
-        files["server_log"] = "serving/tritonserver.log"
-    record.files = files
-    for line in table_lines(record):
-        reporter.info(line)
-
-
-def table_lines(record, limit: int = 10) -> list[str]:
-    """The ranked table as plain lines (console and report)."""
-    by_name = {c.name: c for c in record.configurations}
-    rows = [["rank", "configuration", "throughput/s", "p50 ms", "p99 ms", "concurrency", "meets", "stable"]]
-    for i, name in enumerate(record.ranked[:limit], 1):
-        c = by_name[name]
-        b = c.best
-        rows.append([str(i), name + (" *" if name == record.chosen else ""), f"{b.throughput:.1f}",
-                     f"{b.latency_ms.get('p50', 0):.3f}", f"{b.latency_ms.get('p99', 0):.3f}", str(b.concurrency),
-                     "yes" if c.meets_constraints else "no", "yes" if b.stable else "no"])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    out = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
-    out.append(f"chosen: {record.chosen}" if record.chosen else f"chosen: none ({record.reason})")
-    return out
-

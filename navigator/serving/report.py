@@ -58,7 +58,7 @@ def blocks(ws, st) -> list[tuple]:
 
 
 def serving_blocks(ws, sv) -> list[tuple]:
-    from navigator.serving.profile import provenance
+    from navigator.serving.outputs import provenance
 
     out: list[tuple] = [("h", 2, "Serving profile (Triton)")]
     if sv.stand_in:
@@ -97,11 +97,12 @@ def serving_blocks(ws, sv) -> list[tuple]:
     for key, alt in (("throughput_v_latency", "throughput vs p99 latency"),
                      ("latency_v_concurrency", "latency percentiles vs concurrency"),
                      ("gpu_mem_v_latency", "GPU memory vs latency")):
-        if key in files and (ws.root / files[key]).is_file():
-            out.append(("img", ws.root / files[key], alt))
+        if key in files and _inside(ws, files[key]) and ws.abs(files[key]).is_file():
+            out.append(("img", ws.abs(files[key]), alt))
     if "gpu_mem_v_latency" not in files:
         out.append(("p", "No GPU memory plot: no GPU on the measuring machine."))
-    chosen = ws.root / files["chosen_config"] if "chosen_config" in files else None
+    chosen = ws.abs(files["chosen_config"]) if "chosen_config" in files and _inside(ws, files["chosen_config"]) \
+        else None
     if chosen is not None and chosen.is_file():
         out.append(("h", 3, f"Chosen config.pbtxt ({sv.chosen})"))
         out.append(("code", chosen.read_text(encoding="utf-8")))
@@ -114,6 +115,18 @@ def serving_blocks(ws, sv) -> list[tuple]:
                 + ". `model-analyzer profile -f model_analyzer.yaml` or `bash perf_analyzer.sh`."))
     out.append(("p", "Provenance: " + " / ".join(provenance(sv))))
     return out
+
+
+def _inside(ws, rel: str) -> bool:
+    """``rel`` (a path status.yaml records) stays inside the workspace: a hand-edited record must
+    not pull another file of the machine into the report."""
+    from navigator.errors import UserInputError
+
+    try:
+        ws.abs(rel)
+        return True
+    except (UserInputError, TypeError, ValueError):
+        return False
 
 
 def _md_cell(text: str) -> str:

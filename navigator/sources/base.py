@@ -69,7 +69,7 @@ class Source:
     signature: ModelSignature | None = None
     index_bounds: dict = field(default_factory=dict)
     isolated: bool = True          # False when exported in the calling process
-    reference_runner: dict | None = None   # runner spec + options computing the reference
+    reference_runner: Any = None           # RunnerTask computing the reference (None: computed in this process)
     digest: str | None = field(default=None, repr=False, compare=False)   # sha256(), computed once
 
     def sha256(self) -> str | None:

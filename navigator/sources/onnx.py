@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 from navigator.errors import UserInputError
+from navigator.execution.jobs import RunnerTask
 from navigator.sources.base import Source
 
 ONNX_SUFFIXES = (".onnx",)
@@ -43,5 +44,5 @@ def open_onnx(path: Path) -> OnnxSource:
     check_onnx(path)
     return OnnxSource(format="onnx", key="onnx", name=path.stem, path=path, signature=onnx_signature(model),
                       index_bounds=index_bounds(model),
-                      reference_runner={"runner": "onnxruntime", "device": "cpu", "provider": None,
-                                        "options": {"graph_optimization_level": "disabled"}})
+                      reference_runner=RunnerTask("onnxruntime", "cpu",
+                                                  options={"graph_optimization_level": "disabled"}))

@@ -27,7 +27,7 @@ DEFAULT_GENERATED = 2     # batches generated when none are given
 DEFAULT_TAKEN = 10        # batches taken from an iterable or DataLoader unless --sample-count
 
 
-def _to_numpy(value: Any, where: str):
+def as_array(value: Any, where: str):
     import numpy as np
 
     if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch.Tensor, without importing torch
@@ -59,7 +59,7 @@ def normalize_batch(batch: Any, signature: ModelSignature, where: str) -> dict:
             raise UserInputError(f"{where}: one tensor given for a model with {len(names)} inputs "
                                  f"({', '.join(names)}); give a dict or a tuple")
         items = {names[0]: batch}
-    return {name: _to_numpy(value, f"{where}, input '{name}'") for name, value in items.items()}
+    return {name: as_array(value, f"{where}, input '{name}'") for name, value in items.items()}
 
 
 def check_sample(sample: dict, signature: ModelSignature, where: str, batch_dim: int | None) -> dict:

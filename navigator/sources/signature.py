@@ -140,7 +140,7 @@ def index_bounds(model) -> dict[str, int]:
     return bounds
 
 
-def _all_tensors(graph):
+def all_tensors(graph):
     yield from graph.initializer
     for node in graph.node:
         for attr in node.attribute:
@@ -148,9 +148,9 @@ def _all_tensors(graph):
                 yield attr.t
             yield from attr.tensors
             if attr.HasField("g"):
-                yield from _all_tensors(attr.g)
+                yield from all_tensors(attr.g)
             for g in attr.graphs:
-                yield from _all_tensors(g)
+                yield from all_tensors(g)
 
 
 def external_data_files(model, base_dir: str | os.PathLike) -> list[Path]:
@@ -158,7 +158,7 @@ def external_data_files(model, base_dir: str | os.PathLike) -> list[Path]:
     import onnx
 
     files: list[Path] = []
-    for tensor in _all_tensors(model.graph):
+    for tensor in all_tensors(model.graph):
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
             for entry in tensor.external_data:
                 if entry.key == "location":

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from navigator.errors import UserInputError
+from navigator.execution.jobs import RunnerTask
 from navigator.sources.base import Source, sha256_tree
 
 
@@ -69,9 +70,8 @@ class SavedModelSource(Source):
         return {"exporter": self.exported.get("exporter") or "copy"}
 
 
-def _tf_reference_runner(signature_name: str | None) -> dict:
-    return {"runner": "tensorflow", "device": "cpu", "provider": None,
-            "options": {"signature": signature_name or "serving_default"}}
+def _tf_reference_runner(signature_name: str | None) -> RunnerTask:
+    return RunnerTask("tensorflow", "cpu", options={"signature": signature_name or "serving_default"})
 
 
 def open_saved_model(path: Path, signature_name: str | None = None) -> SavedModelSource:

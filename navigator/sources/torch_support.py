@@ -356,9 +356,9 @@ def run_reference(module, io: TorchIO, batches: list[dict]) -> tuple[list[dict],
 
 
 def user_batch_to_numpy(batch: Any, io: TorchIO, where: str) -> dict:
-    from navigator.sources.samples import _to_numpy
+    from navigator.sources.samples import as_array
 
-    return {name: _to_numpy(value, f"{where}, input '{name}'") for name, value in batch_as_dict(batch, io).items()}
+    return {name: as_array(value, f"{where}, input '{name}'") for name, value in batch_as_dict(batch, io).items()}
 
 
 # ------------------------------------------------------------------ the module for converters and runners
@@ -377,7 +377,9 @@ def workspace_module(ws_root: Path, live: Any = None):
     """The flat module of a workspace's torch source: rebuilt from ``formats/torch/source.json``
     (a factory or a model file), else ``live``, the module of a live source, which exists only
     in the calling process (in-process jobs hand it over). Also returns its TorchIO."""
-    folder = Path(ws_root) / "formats" / "torch"
+    from navigator.workspace.layout import Workspace
+
+    folder = Workspace(Path(ws_root)).torch_source_dir
     io = read_io(folder)
     record = json.loads((folder / "source.json").read_text())
     module = rebuild(record, io)

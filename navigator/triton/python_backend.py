@@ -15,6 +15,8 @@ import ast
 import pprint
 from importlib import resources
 
+from navigator.errors import UserInputError
+
 PLACEHOLDER = "__NAVIGATOR_SETTINGS__"
 ENV_PARAMETER = "EXECUTION_ENV_PATH"
 
@@ -24,12 +26,28 @@ def template() -> str:
     return resources.files("navigator.triton").joinpath("model.py.tmpl").read_text(encoding="utf-8")
 
 
-def settings_for(kind: str, artifact: str, inputs, outputs, *, function: str | None = None,
-                 key: str | None = None) -> dict:
-    """The SETTINGS literal: ``inputs``/``outputs`` are TensorPlans (Triton name, artifact name)."""
+def settings_for(fmt: str, artifact: str, inputs, outputs, *, function: str | None = None,
+                 key: str | None = None, device: str | None = None) -> dict:
+    """The SETTINGS literal: ``inputs``/``outputs`` are TensorPlans (Triton name, artifact name).
+    ``fmt`` is a format (its record's ``python_loader`` says how model.py loads it; ``runner``:
+    through the format's own Navigator runner class) or ``function`` (an ensemble step)."""
+    kind = fmt
+    out: dict = {}
+    if fmt != "function":
+        from navigator import formats
+
+        record = formats.get(fmt)
+        kind = record.python_loader or fmt
+        if kind == "runner":   # a plugin format: its runner class, imported in the Triton model's environment
+            want = "cuda" if device == "KIND_GPU" else "cpu"
+            specs = record.runners_on(want) or next((s for s in record.runners.values() if s), ())
+            if not specs:
+                raise UserInputError(f"format {fmt} has no runner the Python backend could load it with")
+            out["runner_class"] = formats.registry.runner_classes()[specs[0].runner]
+            out["runner_device"] = specs[0].device
     out = {"kind": kind, "artifact": artifact, "format_key": key,
            "inputs": [{"name": t.name, "feed": t.feed} for t in inputs],
-           "outputs": [{"name": t.name, "fetch": t.feed} for t in outputs]}
+           "outputs": [{"name": t.name, "fetch": t.feed} for t in outputs]} | out
     if function:
         out["function"] = function
     return out

@@ -94,3 +94,15 @@ def nothing_written_outside_tmp(tmp_path):
     assert not added, f"the test wrote into the repository: {sorted(added)[:5]}"
     stray = _stray(outside, _outside_entries(), tmp_path)
     assert not stray, f"the test wrote outside its tmp_path (home or the current directory): {stray[:5]}"
+
+
+@pytest.fixture
+def pb_utils(monkeypatch):
+    """A fake ``triton_python_backend_utils`` in sys.modules (tests/functional/triton_fakes.py)."""
+    import sys
+
+    from .triton_fakes import fake_pb_utils
+
+    fake = fake_pb_utils()
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake)
+    return fake

@@ -134,7 +134,7 @@ def test_debug_names_the_planted_node(planted_ws, capsys):
 
 
 def test_debug_of_a_good_format_finds_nothing(planted_ws):
-    from navigator.debug import debug_workspace
+    from navigator.tools.debug import debug_workspace
 
     report = debug_workspace(planted_ws.workspace, "onnx-optimized")
     assert report["status"] == "no_divergence" and report["first_divergent"] is None
@@ -143,7 +143,7 @@ def test_debug_of_a_good_format_finds_nothing(planted_ws):
 
 def test_looser_tolerance_moves_the_verdict(planted_ws):
     """--atol/--rtol replace the table: loose enough, nothing diverges."""
-    from navigator.debug import debug_workspace
+    from navigator.tools.debug import debug_workspace
 
     report = debug_workspace(planted_ws.workspace, "onnx-planted", atol=1e3, rtol=1e3)
     assert report["status"] == "no_divergence"
@@ -151,7 +151,7 @@ def test_looser_tolerance_moves_the_verdict(planted_ws):
 
 def test_debug_through_openvino_ops(planted_ws):
     from navigator import deps
-    from navigator.debug import debug_workspace
+    from navigator.tools.debug import debug_workspace
 
     if not deps.has("openvino"):
         pytest.skip("openvino is not installed")
@@ -186,7 +186,7 @@ def test_formats_without_visible_internals_use_their_onnx_parent(planted_ws, tmp
 
     import yaml
 
-    from navigator.debug import debug_workspace
+    from navigator.tools.debug import debug_workspace
 
     ws = tmp_path / planted_ws.workspace.name
     shutil.copytree(planted_ws.workspace, ws)

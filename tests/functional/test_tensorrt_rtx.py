@@ -16,7 +16,8 @@ import pytest
 import yaml
 from onnx import TensorProto, helper
 
-from navigator import deps, engine
+from navigator import deps
+from navigator.tools import engine
 from navigator.converters import tensorrt_builder as tb
 from navigator.errors import UserInputError
 

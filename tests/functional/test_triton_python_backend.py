@@ -12,11 +12,7 @@ TritonError).
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import shutil
-import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -33,77 +29,10 @@ from navigator.workspace import status as status_mod
 from navigator.workspace.status import ConvertStep, FormatStatus, ProfileStep, RunnerStatus, VerifyStep
 
 from ..conftest import models
+from .triton_fakes import infer, load_model
 
 pytestmark = pytest.mark.functional
 needs_torch = pytest.mark.skipif(not deps.has("torch"), reason="needs torch (CI installs 2.13.0 CPU)")
-
-
-# --------------------------------------------------------------------------- a fake pb_utils
-def _fake_pb_utils() -> types.ModuleType:
-    m = types.ModuleType("triton_python_backend_utils")
-
-    class Tensor:
-        def __init__(self, name, array):
-            self._name, self._array = name, array
-
-        def name(self):
-            return self._name
-
-        def as_numpy(self):
-            return self._array
-
-    class TritonError(Exception):
-        def message(self):
-            return str(self)
-
-    class InferenceResponse:
-        def __init__(self, output_tensors, error=None):
-            self._tensors, self._error = output_tensors, error
-
-        def output_tensors(self):
-            return self._tensors
-
-        def has_error(self):
-            return self._error is not None
-
-        def error(self):
-            return self._error
-
-    class Request:                      # what Triton hands execute(); only read through get_input_tensor_by_name
-        def __init__(self, tensors):
-            self.tensors = {t.name(): t for t in tensors}
-
-    m.Tensor, m.TritonError, m.InferenceResponse, m.Request = Tensor, TritonError, InferenceResponse, Request
-    m.get_input_tensor_by_name = lambda request, name: request.tensors.get(name)
-    return m
-
-
-@pytest.fixture
-def pb_utils(monkeypatch):
-    fake = _fake_pb_utils()
-    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake)
-    return fake
-
-
-def load_model(model_dir: Path, version: int = 1):
-    """Import <model>/<version>/model.py and initialize it as Triton would (args of the Python backend)."""
-    cfg = text_format.Parse((model_dir / "config.pbtxt").read_text(), mc.ModelConfig())
-    path = model_dir / str(version) / "model.py"
-    spec = importlib.util.spec_from_file_location(f"triton_model_{model_dir.name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    model = module.TritonPythonModel()
-    model.initialize({"model_config": json.dumps(cfg_mod.as_dict(cfg)), "model_repository": str(model_dir),
-                      "model_version": str(version), "model_name": model_dir.name, "model_instance_kind": "CPU",
-                      "model_instance_device_id": "0", "model_instance_name": f"{model_dir.name}_0"})
-    return model, cfg
-
-
-def infer(pb_utils, model, feeds: dict) -> dict:
-    request = pb_utils.Request([pb_utils.Tensor(k, v) for k, v in feeds.items()])
-    [response] = model.execute([request])
-    assert not response.has_error(), response.error().message()
-    return {t.name(): t.as_numpy() for t in response.output_tensors()}
 
 
 def _check_outputs_against_config(out: dict, cfg, batch: int) -> None:

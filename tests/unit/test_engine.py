@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from navigator import engine
+from navigator.tools import engine
 from navigator.cli.main import main
 from navigator.errors import UserInputError
 

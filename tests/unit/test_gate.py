@@ -1,4 +1,4 @@
-"""Unit tests for navigator.gate: policy validation, the JUnit / markdown renderings,
+"""Unit tests for navigator.tools.gate: policy validation, the JUnit / markdown renderings,
 environment fingerprints and the regression margin."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from navigator.errors import UserInputError
-from navigator.gate import (DEFAULT_NOISE_MARGIN, UNSTABLE_NOISE_MARGIN, Bound, Check, GatePolicy, GateResult,
-                            OutputPolicy, best_throughput, fingerprint_differences, load_policy, parse_policy,
-                            regression_margin)
+from navigator.tools.gate import (DEFAULT_NOISE_MARGIN, UNSTABLE_NOISE_MARGIN, Bound, Check, GatePolicy,
+                                  GateResult, OutputPolicy, best_throughput, fingerprint_differences, load_policy,
+                                  parse_policy, regression_margin)
 from navigator.workspace.status import FormatStatus, ProfileResult, ProfileStep, RunnerStatus, VerifyStep
 
 ARCHITECTURE_EXAMPLE = """

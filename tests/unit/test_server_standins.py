@@ -26,7 +26,7 @@ def _load(path: Path, name: str):
     return module
 
 
-common = _load(STANDINS / "_standin_common.py", "navigator_test_standin_common")
+common = _load(STANDINS / "model.py", "navigator_test_standin_common")
 
 
 def _cfg(mbs=4, x=("x", "TYPE_FP32", [8]), y=("y", "TYPE_FP32", [8]), **extra):
@@ -80,13 +80,13 @@ def _args(folder: Path, cfg: dict) -> dict:
 @pytest.mark.skipif(not deps.has("onnxruntime"), reason="needs onnxruntime")
 def test_onnxruntime_stand_in_loads_and_checks_a_real_model(tmp_path, capsys):
     models.save(models.foldable_mlp(), tmp_path / "1" / "model.onnx")
-    module = _load(STANDINS / "onnxruntime" / "model.py", "navigator_test_ort_standin")
-    standin = module.TritonPythonModel()
+    module = _load(STANDINS / "model.py", "navigator_test_ort_standin")
+    standin = module.OnnxruntimeStandin()
     standin.initialize(_args(tmp_path, _cfg()))
     assert "stand-in for Triton's onnxruntime backend (a test double" in capsys.readouterr().out
     out = standin.run({"x": __import__("numpy").ones((2, 8), "float32")})
     assert out["y"].shape == (2, 8)
-    with pytest.raises(module.common.ModelConfigMismatch, match="unexpected input 'ids'"):
+    with pytest.raises(module.ModelConfigMismatch, match="unexpected input 'ids'"):
         standin.initialize(_args(tmp_path, _cfg(x=("ids", "TYPE_FP32", [8]))))
     with pytest.raises(Exception, match="unable to find .*other.onnx"):
         standin.initialize(_args(tmp_path, _cfg(default_model_filename="other.onnx")))
@@ -95,7 +95,7 @@ def test_onnxruntime_stand_in_loads_and_checks_a_real_model(tmp_path, capsys):
 @pytest.mark.skipif(not deps.has("openvino"), reason="needs openvino")
 def test_openvino_stand_in_reads_onnx_when_the_config_names_it(tmp_path):
     models.save(models.foldable_mlp(), tmp_path / "1" / "model.onnx")
-    standin = _load(STANDINS / "openvino" / "model.py", "navigator_test_ov_standin").TritonPythonModel()
+    standin = _load(STANDINS / "model.py", "navigator_test_ov_standin").OpenVINOStandin()
     with pytest.raises(Exception, match="unable to find .*model.xml"):
         standin.initialize(_args(tmp_path, _cfg()))
     standin.initialize(_args(tmp_path, _cfg(default_model_filename="model.onnx")))
@@ -104,6 +104,17 @@ def test_openvino_stand_in_reads_onnx_when_the_config_names_it(tmp_path):
 
 
 def test_stand_ins_say_they_are_test_doubles():
-    for path in (STANDINS / "onnxruntime" / "model.py", STANDINS / "openvino" / "model.py",
-                 STANDINS / "_standin_common.py"):
-        assert "TEST DOUBLE" in path.read_text(), path
+    assert "TEST DOUBLES" in (STANDINS / "model.py").read_text()
+
+
+def test_the_backend_folder_picks_the_stand_in(tmp_path):
+    """One file serves both backends: the folder Triton finds it in decides; elsewhere it refuses to load."""
+    for folder, cls in (("onnxruntime", "OnnxruntimeStandin"), ("openvino", "OpenVINOStandin"), ("other", None)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "model.py").write_text((STANDINS / "model.py").read_text())
+        module = _load(tmp_path / folder / "model.py", f"navigator_test_standin_{folder}")
+        if cls:
+            assert module.TritonPythonModel is getattr(module, cls)
+        else:
+            with pytest.raises(module.ModelConfigMismatch, match="not inside a backend folder"):
+                module.TritonPythonModel().initialize({})

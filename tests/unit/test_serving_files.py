@@ -150,7 +150,7 @@ def test_report_markdown_and_self_contained_html(tmp_path):
 
 
 def test_gpu_memory_is_read_from_the_metrics_page():
-    from navigator.serving.profile import gpu_memory_from_metrics
+    from navigator.serving.outputs import gpu_memory_from_metrics
 
     page = ("# HELP nv_gpu_memory_used_bytes GPU used memory, in bytes\n"
             "# TYPE nv_gpu_memory_used_bytes gauge\n"

@@ -1,20 +1,25 @@
-"""Shared part of navigator's CPU stand-ins for Triton's C++ backends.
+"""navigator's CPU stand-ins for Triton's ``onnxruntime`` and ``openvino`` backends.
 
-TEST DOUBLES, NOT NVIDIA'S BACKENDS. ``navigator serve --cpu-backends`` puts
-``onnxruntime/model.py`` and ``openvino/model.py`` into the server's private
-backend directory. Triton uses a folder ``<backend_dir>/<name>/model.py``
-without a ``libtriton_<name>.so`` as a *Python-based backend* (run by the
-Python backend), so the unchanged native ``config.pbtxt`` files navigator emits
-(``backend: "onnxruntime"`` / ``"openvino"``) load and serve on a machine whose
-Triton build has only the Python backend. They exist for quick local checks
-and tests; performance, threading, GPU execution and every backend parameter
-are not modelled: deploy with the real backends.
+TEST DOUBLES, NOT NVIDIA'S BACKENDS. ``navigator serve --cpu-backends`` copies
+this one file as ``<backend_dir>/onnxruntime/model.py`` and
+``<backend_dir>/openvino/model.py`` into the server's private backend
+directory; the folder it sits in says which backend it stands in for. Triton
+uses a folder ``<backend_dir>/<name>/model.py`` without a
+``libtriton_<name>.so`` as a *Python-based backend* (run by the Python
+backend), so the unchanged native ``config.pbtxt`` files navigator emits
+(``backend: "onnxruntime"`` / ``"openvino"``, or platform ``onnxruntime_onnx``)
+load and serve on a machine whose Triton build has only the Python backend.
+They exist for quick local checks and tests; performance, threading, GPU
+execution and every backend parameter are not modelled: deploy with the real
+backends. Each prints a line saying it is a stand-in into the server log.
 
 Like the real backends they check the model against its configuration at
-load: the file (``default_model_filename``), input/output names, data types
-and dims, including the implicit batch dimension when ``max_batch_size > 0``
-(the model's first dimension must then be variable). A mismatch fails the
-load with a message naming the tensor.
+load: the file (``default_model_filename``; ONNX: ``model.onnx``, or
+``model.onnx/model.onnx`` when that is a folder for external data; OpenVINO:
+``model.xml``), input/output names, data types and dims, including the
+implicit batch dimension when ``max_batch_size > 0`` (the model's first
+dimension must then be variable). A mismatch fails the load with a message
+naming the tensor.
 """
 
 import json
@@ -155,3 +160,110 @@ class StandinModel:
 
     def finalize(self):
         self.run = None
+
+
+_ORT_TYPES = {
+    "tensor(float)": "TYPE_FP32", "tensor(float16)": "TYPE_FP16", "tensor(double)": "TYPE_FP64",
+    "tensor(bfloat16)": "TYPE_BF16", "tensor(int8)": "TYPE_INT8", "tensor(int16)": "TYPE_INT16",
+    "tensor(int32)": "TYPE_INT32", "tensor(int64)": "TYPE_INT64", "tensor(uint8)": "TYPE_UINT8",
+    "tensor(uint16)": "TYPE_UINT16", "tensor(uint32)": "TYPE_UINT32", "tensor(uint64)": "TYPE_UINT64",
+    "tensor(bool)": "TYPE_BOOL", "tensor(string)": "TYPE_STRING",
+}
+
+
+def _ort_dims(shape):
+    if shape is None:
+        return None
+    return [d if isinstance(d, int) and d >= 0 else -1 for d in shape]
+
+
+class OnnxruntimeStandin(StandinModel):
+    BACKEND = "onnxruntime"
+    DEFAULT_FILE = "model.onnx"
+
+    def resolve(self, args, config):
+        path = model_path(args, config, self.DEFAULT_FILE)
+        if os.path.isdir(path):               # Triton's layout for external data: model.onnx/model.onnx
+            inner = os.path.join(path, "model.onnx")
+            if not os.path.isfile(inner):
+                raise ModelConfigMismatch("model '%s': folder %s holds no model.onnx"
+                                                 % (args["model_name"], path))
+            path = inner
+        return path
+
+    def load(self, path):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = int(os.environ.get("NAVIGATOR_STANDIN_THREADS", "1"))
+        session = ort.InferenceSession(path, sess_options=options, providers=["CPUExecutionProvider"])
+        inputs = {i.name: (_ORT_TYPES.get(i.type, i.type), _ort_dims(i.shape)) for i in session.get_inputs()}
+        outputs = {o.name: (_ORT_TYPES.get(o.type, o.type), _ort_dims(o.shape)) for o in session.get_outputs()}
+        names = list(outputs)
+
+        def run(feeds):
+            return dict(zip(names, session.run(names, feeds)))
+
+        return inputs, outputs, run, "onnxruntime %s" % ort.__version__
+
+
+_OV_TYPES = {
+    "f32": "TYPE_FP32", "f16": "TYPE_FP16", "f64": "TYPE_FP64", "bf16": "TYPE_BF16", "i8": "TYPE_INT8",
+    "i16": "TYPE_INT16", "i32": "TYPE_INT32", "i64": "TYPE_INT64", "u8": "TYPE_UINT8", "u16": "TYPE_UINT16",
+    "u32": "TYPE_UINT32", "u64": "TYPE_UINT64", "boolean": "TYPE_BOOL", "string": "TYPE_STRING",
+}
+
+
+def _ov_dims(partial_shape):
+    if partial_shape.rank.is_dynamic:
+        return None
+    return [-1 if d.is_dynamic else d.get_length() for d in partial_shape]
+
+
+def _ports(ports):
+    """{name: (index, port)} under every name a port has."""
+    out = {}
+    for index, port in enumerate(ports):
+        for name in sorted(port.get_names()):
+            out.setdefault(name, (index, port))
+    return out
+
+
+class OpenVINOStandin(StandinModel):
+    BACKEND = "openvino"
+    DEFAULT_FILE = "model.xml"
+
+    def load(self, path):
+        import openvino as ov
+
+        core = ov.Core()
+        model = core.read_model(path)
+        in_ports, out_ports = _ports(model.inputs), _ports(model.outputs)
+        inputs = {n: (_OV_TYPES.get(p.get_element_type().get_type_name(), str(p.get_element_type())),
+                      _ov_dims(p.get_partial_shape())) for n, (_, p) in in_ports.items()}
+        outputs = {n: (_OV_TYPES.get(p.get_element_type().get_type_name(), str(p.get_element_type())),
+                       _ov_dims(p.get_partial_shape())) for n, (_, p) in out_ports.items()}
+        threads = os.environ.get("NAVIGATOR_STANDIN_THREADS", "1")
+        compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32",
+                                                     "INFERENCE_NUM_THREADS": threads})
+        request = compiled.create_infer_request()
+        in_index = {n: i for n, (i, _) in in_ports.items()}
+        out_index = {n: i for n, (i, _) in out_ports.items()}
+
+        def run(feeds):
+            result = request.infer({in_index[n]: v for n, v in feeds.items()})
+            return {n: np.array(result[compiled.outputs[i]]) for n, i in out_index.items()}
+
+        self.input_count = len(model.inputs)
+        return inputs, outputs, run, "openvino %s" % ov.__version__
+
+
+class _NotInstalled(StandinModel):
+    def initialize(self, args):
+        raise ModelConfigMismatch("navigator stand-in: %s is not inside a backend folder named onnxruntime or "
+                                  "openvino" % __file__)
+
+
+BACKENDS = {"onnxruntime": OnnxruntimeStandin, "openvino": OpenVINOStandin}
+# The backend this copy stands in for: the name of the folder Triton found it in.
+TritonPythonModel = BACKENDS.get(os.path.basename(os.path.dirname(os.path.abspath(__file__))), _NotInstalled)

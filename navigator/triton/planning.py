@@ -1,0 +1,436 @@
+"""Planning a Triton model repository from a workspace: which formats, and for each
+the backend, batching, tensor names and dims, instance kind, dynamic batching,
+accelerators, artifact files, warm-up and labels; ensembles around one format.
+Nothing is written here (:mod:`navigator.triton.repository` writes)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from navigator import formats as formats_mod
+from navigator.errors import UserInputError
+from navigator.triton import backends, config as cfg_mod, python_backend
+from navigator.triton.config import ModelPlan, TensorPlan, Warmup
+from navigator.triton.options import TritonOptions
+
+log = logging.getLogger("navigator.triton.repository")
+
+_NEAR_PEAK = 0.9     # preferred batch sizes: profiled sizes within 10% of the peak throughput
+
+
+@dataclass
+class Emission:
+    plan: ModelPlan
+    version_files: dict[str, Path | str | bytes] = field(default_factory=dict)   # rel path in <version>/
+    model_files: dict[str, Path | str | bytes] = field(default_factory=dict)     # rel path in <model>/
+    executable: set[str] = field(default_factory=set)
+    expected: tuple[list, list] | None = None   # (inputs, outputs) as (name, dtype, dims) from the signature
+    config: object = None
+    text: str = ""
+
+
+# --------------------------------------------------------------------------- choosing formats
+def select_formats(st, requested: tuple[str, ...]) -> list[str]:
+    """Format keys to serve: ``best`` (status.best), ``all`` (every verified, servable format)
+    or the given keys (each must be converted and verified)."""
+    if requested == ("best",):
+        if st.best is None:
+            raise UserInputError("this workspace has no best format (nothing was verified); name one with "
+                                 "--formats KEY")
+        return [st.best.key]
+    if requested == ("all",):
+        keys = [k for k, fs in st.formats.items() if fs.verified and backends.servable(fs.format)]
+        if not keys:
+            raise UserInputError("this workspace has no verified format to serve")
+        return keys
+    for key in requested:
+        fs = st.formats.get(key)
+        if fs is None:
+            raise UserInputError(f"--formats: no format {key!r} in this workspace; have: "
+                                 f"{', '.join(st.formats) or 'none'}")
+        if fs.convert.status != "ok":
+            raise UserInputError(f"--formats: {key} was not converted ({fs.convert.reason})")
+        if not fs.verified:
+            failed = [f"{r}: {rs.verify.status}" for r, rs in fs.runners.items()]
+            raise UserInputError(f"--formats: {key} was not verified ({', '.join(failed) or 'no runner'}); "
+                                 "Triton would serve an unchecked model")
+    return list(requested)
+
+
+def triton_name(text: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text)).strip("._-")
+    if not name:
+        raise UserInputError(f"model name {text!r} has no usable characters for Triton; pass --model-name")
+    return name
+
+
+# --------------------------------------------------------------------------- one format
+def _batching(st, fs_format: str, opts: TritonOptions, key: str, notes: list[str]) -> int:
+    """max_batch_size for the model (0 = no batching)."""
+    sig = st.signature
+    tensors = sig.inputs + sig.outputs
+    can = st.batch_dim == 0 and all(t.rank >= 1 and t.shape[0] < 0 for t in tensors)
+    if not can:
+        if opts.max_batch_size:
+            why = ("its batch dim is " + str(st.batch_dim) + ", and Triton batches along dim 0 only"
+                   if st.batch_dim not in (None, 0) else
+                   "it has no batch dim" if st.batch_dim is None else "not every input and output has a dynamic dim 0")
+            raise UserInputError(f"--max-batch-size {opts.max_batch_size}: {key} cannot batch ({why})")
+        if st.batch_dim not in (None, 0):
+            notes.append(f"{key}: the batch dim is {st.batch_dim}; Triton batches along dim 0 only, so it is served "
+                         "without batching (max_batch_size 0, full dims)")
+        return 0
+    if opts.max_batch_size == 0:
+        return 0
+    profile_max = None
+    for profile in st.shape_profiles or []:
+        for t in sig.inputs:
+            if t.name in profile:
+                m = int(profile[t.name]["max"][0])
+                profile_max = m if profile_max is None else max(profile_max, m)
+    if opts.max_batch_size is not None:
+        if formats_mod.get(fs_format).fixed_batch and profile_max is not None and opts.max_batch_size > profile_max:
+            raise UserInputError(f"--max-batch-size {opts.max_batch_size}: the {fs_format} artifact {key} was built "
+                                 f"for batches up to {profile_max}; convert again with a larger --max-batch-size")
+        return opts.max_batch_size
+    return profile_max or int(st.config.get("max_batch_size") or 64)
+
+
+def _names(st, fs, serving: backends.Serving, notes: list[str], key: str) -> tuple[dict, dict]:
+    """(our name -> Triton name, our name -> name inside the artifact)."""
+    sig = st.signature
+    io = dict(fs.io_names or {})
+    artifact = {t.name: io.get(t.name, t.name) for t in sig.inputs + sig.outputs}
+    if serving.name_convention == "artifact":
+        return dict(artifact), artifact
+    if serving.name_convention == "ours":
+        return {n: n for n in artifact}, artifact
+    ins, gen_in = backends.pytorch_names(sig.input_names, [artifact[n] for n in sig.input_names], "INPUT")
+    outs, gen_out = backends.pytorch_names(sig.output_names, [artifact[n] for n in sig.output_names], "OUTPUT")
+    if gen_in or gen_out:
+        notes.append(f"{key}: the PyTorch backend binds tensors by <name>__<index>; the workspace records no such "
+                     f"names, so they were generated from the signature order: "
+                     + ", ".join(f"{a} -> {b}" for a, b in zip(sig.input_names + sig.output_names, ins + outs)))
+    return dict(zip(sig.input_names + sig.output_names, ins + outs)), artifact
+
+
+def _compiled_device(fs) -> str | None:
+    """The device a compiled package (aoti) was built for: from its exporter, else where it verified."""
+    m = re.search(r"\((cpu|cuda)\)", fs.convert.exporter or "")
+    if m:
+        return m.group(1)
+    devices = {rs.device for rs in fs.runners.values() if rs.verify.status == "ok"}
+    return devices.pop() if len(devices) == 1 else None
+
+
+def _instance_kind(fmt: str, fs, serving: backends.Serving, opts: TritonOptions, key: str) -> str:
+    record = formats_mod.get(fmt)
+    devices = set(record.python_devices if serving.backend == "python" else serving.devices)
+    if record.compiled_for_device:
+        compiled = _compiled_device(fs)
+        devices = {"gpu"} if compiled == "cuda" else {"cpu"} if compiled == "cpu" else devices
+    wanted = opts.kind
+    if wanted != "auto" and wanted not in devices:
+        raise UserInputError(f"--kind {wanted}: {key} runs on {' or '.join(sorted(devices))} only under Triton "
+                             f"({serving.backend} backend)")
+    if wanted == "auto" and len(devices) == 1:
+        wanted = devices.pop()
+    return {"cpu": "KIND_CPU", "gpu": "KIND_GPU", "auto": "KIND_AUTO"}[wanted]
+
+
+def _preferred(fs, kind: str, max_batch_size: int) -> list[int]:
+    """Profiled batch sizes within 10% of the peak throughput of the runner that matches the
+    instance kind (CUDA runners for GPU instances, CPU ones for CPU)."""
+    candidates = []
+    for rs in fs.runners.values():
+        if rs.verify.status != "ok" or rs.profile.status != "ok" or not rs.profile.results:
+            continue
+        candidates.append(rs)
+    want = {"KIND_GPU": ("cuda",), "KIND_CPU": ("cpu",)}.get(kind, ("cuda", "cpu"))
+    for device in want:
+        matching = [rs for rs in candidates if rs.device == device]
+        if matching:
+            best = max(matching, key=lambda rs: rs.profile.peak().throughput)
+            peak = best.profile.peak().throughput
+            return sorted({r.batch_size for r in best.profile.results
+                           if r.throughput >= _NEAR_PEAK * peak and r.batch_size <= max_batch_size})
+    return []
+
+
+def _engine_launch_notes(ws, key: str) -> list[str]:
+    """How tritonserver must be started for a TensorRT engine (plugins, version
+    compatibility), from the engine.yaml its build wrote."""
+    import yaml
+
+    path = ws.format_dir(key) / "engine.yaml"
+    if not path.is_file():
+        return []
+    triton = (yaml.safe_load(path.read_text()) or {}).get("triton") or {}
+    out = [f"{key}: start tritonserver with --backend-config={cfg}" for cfg in triton.get("backend_config") or []]
+    if triton.get("ld_preload"):
+        out.append(f"{key}: the engine needs its plugin libraries: LD_PRELOAD={triton['ld_preload']} tritonserver …")
+    return out
+
+
+def plan_format(ws, st, key: str, name: str, opts: TritonOptions, notes: list[str], *, top: bool) -> Emission:
+    fs = st.formats[key]
+    fmt = fs.format
+    serving = backends.serving_for(fmt, python_backend=opts.python_backend, aoti_native=opts.aoti_native)
+    if serving.note:
+        notes.append(f"{key}: {serving.note}")
+    notes.extend(_engine_launch_notes(ws, key))
+    mbs = _batching(st, fmt, opts, key, notes)
+    batching = mbs > 0
+    triton_names, artifact_names = _names(st, fs, serving, notes, key)
+    kind = _instance_kind(fmt, fs, serving, opts, key)
+    python = serving.backend == "python"
+    plan = ModelPlan(name=name, role="model", backend=serving.backend, platform=serving.platform,
+                     key=key, format=fmt, python=python, max_batch_size=mbs, instance_kind=kind,
+                     instance_count=opts.instances, rate_limit=opts.rate_limit_resources,
+                     rate_limit_priority=opts.rate_limit_priority)
+    plan.default_model_filename = serving.default_file
+    expected_in, expected_out = [], []
+    for specs, tensors, expected in ((st.signature.inputs, plan.inputs, expected_in),
+                                     (st.signature.outputs, plan.outputs, expected_out)):
+        for t in specs:
+            dims, reshape = cfg_mod.expected_dims(t.shape, batching)
+            tensors.append(TensorPlan(name=triton_names[t.name], source=t.name, feed=artifact_names[t.name],
+                                      dtype=t.dtype, dims=dims, reshape=reshape))
+            expected.append((triton_names[t.name], t.dtype, dims))
+    emission = Emission(plan=plan, expected=(expected_in, expected_out))
+    _options_for_format(plan, fs, serving, opts, key, top=top)
+    if plan.python and opts.execution_env and Path(opts.execution_env).is_file():
+        emission.model_files[os.path.basename(opts.execution_env)] = Path(opts.execution_env)
+    _artifact_files(ws, fs, key, serving, emission, notes, st.environment.get("packages") or {})
+    if opts.warmup:
+        _warmup(ws, plan, emission, batching)
+    if top and opts.labels:
+        _labels(plan, emission, opts.labels)
+    return emission
+
+
+def _options_for_format(plan: ModelPlan, fs, serving: backends.Serving, opts: TritonOptions, key: str,
+                        *, top: bool) -> None:
+    gpu = plan.instance_kind == "KIND_GPU"
+    native_onnx = serving.platform == "onnxruntime_onnx"
+    plan_file = serving.platform == "tensorrt_plan"
+    if plan.max_batch_size > 0 and opts.dynamic_batching or opts.priority_levels or opts.queue_policy:
+        db = {}
+        if plan.max_batch_size > 0:
+            sizes = list(opts.preferred_batch_sizes) if opts.preferred_batch_sizes else \
+                _preferred(fs, plan.instance_kind, plan.max_batch_size)
+            bad = [s for s in sizes if s > plan.max_batch_size]
+            if bad:
+                raise UserInputError(f"--preferred-batch-sizes: {bad[0]} exceeds max_batch_size "
+                                     f"{plan.max_batch_size} of {key}")
+            db["preferred"] = sizes
+            db["max_queue_delay_us"] = opts.max_queue_delay_us
+        if opts.priority_levels:
+            db["priority_levels"] = opts.priority_levels
+            db["default_priority_level"] = opts.default_priority_level or opts.priority_levels
+        db["queue_policy"] = opts.queue_policy
+        plan.dynamic_batching = db
+    if opts.cuda_graphs:
+        if not gpu:
+            raise UserInputError(f"--cuda-graphs needs GPU instances: add --kind gpu ({key} would get "
+                                 f"{plan.instance_kind})")
+        if plan_file:
+            plan.cuda_graphs = True
+        elif native_onnx and not opts.ort_trt_precision:
+            plan.gpu_accelerators.append(("cuda", {"enable_cuda_graph": "1"}))
+        elif not native_onnx:
+            raise UserInputError(f"--cuda-graphs: Triton applies CUDA graphs to TensorRT plans and to ONNX Runtime "
+                                 f"on GPU; {key} is served by the {serving.backend} backend")
+    if opts.ort_trt_precision:
+        if not native_onnx:
+            raise UserInputError(f"--ort-trt-precision sets ONNX Runtime's TensorRT accelerator; {key} is served "
+                                 f"by the {serving.backend} backend, not onnxruntime")
+        if not gpu:
+            raise UserInputError(f"--ort-trt-precision needs GPU instances: add --kind gpu ({key} would get "
+                                 f"{plan.instance_kind})")
+        params = {"precision_mode": opts.ort_trt_precision.upper()}
+        if opts.cuda_graphs:
+            params["trt_cuda_graph_enable"] = "1"
+        plan.gpu_accelerators.append(("tensorrt", params))
+    if top and opts.response_cache:
+        plan.response_cache = True
+    if plan.python and opts.execution_env:
+        plan.parameters[python_backend.ENV_PARAMETER] = "$$TRITON_MODEL_DIRECTORY/" + \
+            os.path.basename(opts.execution_env)
+
+
+# --------------------------------------------------------------------------- files
+def _onnx_external(path: Path) -> list[Path]:
+    from navigator.sources.signature import external_data_files, load_onnx
+
+    return external_data_files(load_onnx(path), path.parent)
+
+
+def _artifact_files(ws, fs, key: str, serving: backends.Serving, emission: Emission, notes: list[str],
+                    packages: dict) -> None:
+    plan = emission.plan
+    fmt = fs.format
+    if not fs.path:
+        raise UserInputError(f"{key}: status.yaml records no artifact path")
+    src = ws.abs(fs.path)
+    if not src.exists():
+        raise UserInputError(f"{key}: the artifact {fs.path} is missing from the workspace; run navigator convert "
+                             "again")
+    files = emission.version_files
+    artifact_name = src.name
+    if fmt == "onnx":
+        external = _onnx_external(src)
+        missing = [p for p in external if not p.is_file()]
+        if missing:
+            raise UserInputError(f"{key}: external data {missing[0].name} is missing beside {fs.path}")
+        if external and not plan.python:
+            # Triton's layout for external data: a folder model.onnx/ holding model.onnx and its data
+            files["model.onnx/model.onnx"] = src
+            for p in external:
+                files[f"model.onnx/{os.path.relpath(p, src.parent)}"] = p
+        else:
+            files["model.onnx"] = src
+            for p in external:
+                files[os.path.relpath(p, src.parent)] = p
+        artifact_name = "model.onnx"
+    elif src.is_dir():
+        files[serving.default_file if not plan.python else src.name] = src
+    else:
+        record = formats_mod.get(fmt)
+        target = serving.default_file if not plan.python else record.artifact
+        files[target] = src
+        artifact_name = target
+        for companion in record.companions:   # openvino: model.bin beside model.xml
+            if not (src.parent / companion).is_file():
+                raise UserInputError(f"{key}: {fs.path} has no {companion} beside it")
+            files[companion] = src.parent / companion
+    if plan.python:
+        settings = python_backend.settings_for(fmt, artifact_name, plan.inputs, plan.outputs, key=key,
+                                               device=plan.instance_kind)
+        files["model.py"] = python_backend.render_model_py(settings)
+        _python_docs(emission, fmt, notes, packages)
+
+
+def _python_docs(emission: Emission, kind: str, notes: list[str], packages: dict) -> None:
+    """README.md and pack_env.sh beside a Python-backend model (its environment recipe)."""
+    plan = emission.plan
+    env = plan.parameters.get(python_backend.ENV_PARAMETER)
+    archive = env.rsplit("/", 1)[1] if env else None
+    reqs = python_backend.requirements(kind, packages)
+    emission.model_files["README.md"] = python_backend.readme(plan.name, kind, reqs, archive)
+    emission.model_files["pack_env.sh"] = python_backend.pack_env_script(plan.name, reqs)
+    emission.executable.add("pack_env.sh")
+    if kind != "function":
+        if archive:
+            notes.append(f"{plan.name}: Python backend; EXECUTION_ENV_PATH names {archive} in the model folder")
+        else:
+            notes.append(f"{plan.name}: Python backend; stock Triton containers lack {', '.join(reqs[1:])}: "
+                         f"build env.tar.gz with {plan.name}/pack_env.sh and pass --execution-env env.tar.gz")
+
+
+def _warmup(ws, plan: ModelPlan, emission: Emission, batching: bool) -> None:
+    """Warm-up from the first stored sample: one row per input (the whole tensor without
+    batching) as raw bytes in <model>/warmup/, referenced by input_data_file."""
+    import numpy as np
+
+    from navigator.workspace import npz
+
+    path = ws.sample_file("inputs", 0)
+    if not path.is_file():
+        return
+    sample = npz.load(path)
+    inputs: dict[str, tuple[str, list[int], str]] = {}
+    used: set[str] = set()
+    for t in plan.inputs:
+        arr = sample.get(t.source)
+        if arr is None:
+            return
+        row = np.ascontiguousarray((arr[:1] if batching else arr).astype(t.dtype, copy=False))
+        dims = list(row.shape[1:] if batching else row.shape)
+        if t.reshape is not None:
+            dims = [1]
+        file_name = re.sub(r"[^A-Za-z0-9_.-]+", "_", t.name).strip(".") or "input"
+        while file_name in used:
+            file_name += "_"
+        used.add(file_name)
+        emission.model_files[f"warmup/{file_name}"] = row.tobytes()
+        inputs[t.name] = (t.dtype, dims, file_name)
+    plan.warmup.append(Warmup(name="sample_batch_1", batch_size=1, inputs=inputs))
+    if batching and plan.max_batch_size > 1:
+        plan.warmup.append(Warmup(name=f"sample_batch_{plan.max_batch_size}", batch_size=plan.max_batch_size,
+                                  inputs=inputs))
+
+
+def _labels(plan: ModelPlan, emission: Emission, spec: str) -> None:
+    """``--labels FILE`` (the first output) or ``--labels OUTPUT=FILE``."""
+    target = plan.outputs[0] if plan.outputs else None
+    path_text = spec
+    if "=" in spec and not Path(spec).is_file():
+        out_name, _, path_text = spec.partition("=")
+        target = next((t for t in plan.outputs if out_name in (t.name, t.source)), None)
+        if target is None:
+            raise UserInputError(f"--labels {spec}: no output {out_name!r}; outputs: "
+                                 f"{', '.join(t.source or t.name for t in plan.outputs)}")
+    path = Path(path_text)
+    if not path.is_file():
+        raise UserInputError(f"--labels {path}: no such file")
+    labels = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not labels:
+        raise UserInputError(f"--labels {path}: the file holds no labels (one per line)")
+    if target.dims and target.dims[-1] > 0 and len(labels) != target.dims[-1]:
+        raise UserInputError(f"--labels {path}: {len(labels)} labels, but output {target.name!r} has "
+                             f"{target.dims[-1]} classes")
+    file_name = re.sub(r"[^A-Za-z0-9_.-]+", "_", path.name)
+    target.label_filename = file_name
+    emission.model_files[file_name] = path.read_bytes()
+
+
+# --------------------------------------------------------------------------- ensembles
+def plan_ensemble(ws, st, core: Emission, base: str, opts: TritonOptions, notes: list[str]) -> list[Emission]:
+    from navigator.triton import ensemble as ens_mod
+    from navigator.workspace import npz
+
+    sample = npz.load(ws.sample_file("inputs", 0)) if ws.sample_file("inputs", 0).is_file() else {}
+    ref_path = ws.reference_dir / "000.npz"
+    reference = npz.load(ref_path) if ref_path.is_file() else {}
+    if opts.postprocess and not reference:
+        raise UserInputError("--postprocess: the workspace has no reference outputs (samples/reference/000.npz) "
+                             "to probe it with")
+    plans = ens_mod.plan(core.plan, name=base, preprocess=opts.preprocess, postprocess=opts.postprocess,
+                         sample=sample, reference=reference, instance_count=opts.instances)
+    out = []
+    for p in plans:
+        e = Emission(plan=p)
+        if p.role == "ensemble":
+            if opts.response_cache:
+                p.response_cache = True
+            if opts.labels:
+                _labels(p, e, opts.labels)
+            e.expected = ([(t.name, t.dtype, t.dims) for t in p.inputs],
+                          [(t.name, t.dtype, t.dims) for t in p.outputs])
+        else:
+            user_file = opts.preprocess if p.role == ens_mod.PRE else opts.postprocess
+            e.version_files["step.py"] = Path(user_file)
+            settings = python_backend.settings_for("function", "step.py", p.inputs, p.outputs, function=p.role)
+            e.version_files["model.py"] = python_backend.render_model_py(settings)
+            _python_docs(e, "function", notes, st.environment.get("packages") or {})
+        out.append(e)
+    notes.append(f"{base}: an ensemble of " + " -> ".join(s.model_name for s in plans[-1].steps))
+    return out
+
+
+# --------------------------------------------------------------------------- configs
+def build_config(e: Emission) -> None:
+    e.config = cfg_mod.build(e.plan)
+    problems = cfg_mod.problems(e.config)
+    if problems:
+        raise UserInputError(f"Triton would refuse the config of {e.plan.name}: {problems[0]}")
+    if e.expected is not None:
+        mismatch = cfg_mod.signature_problems(e.config, *e.expected)
+        if mismatch:   # a builder bug: the config must say what the workspace verified
+            raise RuntimeError(f"config of {e.plan.name} does not match the workspace signature: {mismatch[0]}")
+    e.text = cfg_mod.to_text(e.config)

@@ -1,0 +1,138 @@
+"""The pipeline's decisions, without running a model: best selection, the exit code and
+its reasons, targets per source, and what a re-run may reuse."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from navigator.config import NavigatorConfig
+from navigator.converters.planner import PlannedFormat
+from navigator.execution.jobs import ProfileSpec, RunnerTask, Task, VerifySpec
+from navigator.pipeline import outcome_code, select_best
+from navigator.pipeline.context import RunContext
+from navigator.pipeline.plan import requested_targets
+from navigator.pipeline.resume import reuse, step_hash
+from navigator.types import ModelSignature, TensorSpec
+from navigator.workspace.layout import Workspace
+from navigator.workspace.status import (ConvertStep, FormatStatus, ModelInfo, ProfileResult, ProfileStep,
+                                        RunnerStatus, SamplesInfo, Status, VerifyStep)
+
+
+def _runner(verify="ok", results=(), runner="onnxruntime", device="cpu") -> RunnerStatus:
+    return RunnerStatus(runner=runner, device=device, verify=VerifyStep(status=verify),
+                        profile=ProfileStep(status="ok" if results else "skipped",
+                                            results=[ProfileResult(b, t) for b, t in results]))
+
+
+def _status(**fmts) -> Status:
+    st = Status(model=ModelInfo(name="m", source_format="onnx"))
+    for key, (convert, runners) in fmts.items():
+        st.formats[key] = FormatStatus(format=key.split("-")[0], convert=ConvertStep(status=convert),
+                                       runners=runners)
+    return st
+
+
+def test_best_is_the_fastest_verified_pair_at_its_peak_batch():
+    st = _status(onnx=("ok", {"onnxruntime-cpu": _runner(results=[(1, 100.0), (8, 400.0)])}),
+                 openvino=("ok", {"openvino-cpu": _runner(results=[(1, 900.0)], runner="openvino")}),
+                 **{"onnx-fp16": ("ok", {"onnxruntime-cpu": _runner("failed", results=[(1, 5000.0)])})})
+    best = select_best(st, no_profile=False)
+    assert (best.key, best.runner, best.batch_size, best.throughput, best.basis) == \
+        ("openvino", "openvino-cpu", 1, 900.0, "profile")
+    by_preference = select_best(st, no_profile=True)     # openvino ranks before onnx
+    assert (by_preference.key, by_preference.basis, by_preference.throughput) == ("openvino", "preference", None)
+
+
+def test_no_best_without_a_verified_pair():
+    st = _status(onnx=("ok", {"onnxruntime-cpu": _runner("failed")}), openvino=("failed", {}))
+    assert select_best(st, no_profile=False) is None
+
+
+def test_exit_code_names_each_failed_requested_target():
+    st = _status(onnx=("ok", {"onnxruntime-cpu": _runner()}),
+                 openvino=("failed", {}), tensorrt=("skipped", {}),
+                 **{"onnx-fp16": ("ok", {"onnxruntime-cpu": _runner("failed")})})
+    st.formats["openvino"].convert.reason = "boom"
+    st.formats["onnx-fp16"].runners["onnxruntime-cpu"].verify.reason = "max abs 1 exceeds atol"
+    code, failures = outcome_code(st, ["onnx", "openvino", "tensorrt", "onnx-fp16", "absent"])
+    assert code == 1
+    assert failures == ["openvino: conversion failed: boom",
+                        "onnx-fp16 on onnxruntime-cpu: verification failed: max abs 1 exceeds atol"]
+    assert outcome_code(st, ["onnx", "tensorrt"]) == (0, [])     # skipped (missing package) is not a failure
+
+
+def test_default_targets_come_from_the_source_format_record():
+    onnx = SimpleNamespace(format="onnx", key="onnx", default_targets=None)
+    cfg = NavigatorConfig().resolved()
+    targets, _ = requested_targets(cfg, onnx, "cpu")
+    assert targets[:2] == ["onnx", "onnx-optimized"]
+    torch = SimpleNamespace(format="torch", key="torch", default_targets=None)
+    assert "aoti" in requested_targets(cfg, torch, "cuda")[0] and "aoti" not in requested_targets(cfg, torch, "cpu")[0]
+    fp16 = NavigatorConfig(targets=("onnx-optimized",), target_precisions=("fp32", "fp16")).resolved()
+    assert requested_targets(fp16, onnx, "cpu")[0] == ["onnx", "onnx-optimized", "onnx-optimized-fp16"]
+
+
+# --------------------------------------------------------------------------- reuse
+def _ctx(tmp_path, old: Status | None) -> RunContext:
+    ws = Workspace(tmp_path / "m.nav.workspace")
+    (ws.format_dir("onnx-optimized")).mkdir(parents=True)
+    (ws.format_dir("onnx-optimized") / "model.onnx").write_bytes(b"x")
+    st = Status(model=ModelInfo(name="m", source_format="onnx"),
+                signature=ModelSignature(inputs=[TensorSpec("x", "float32", [-1, 4])],
+                                         outputs=[TensorSpec("y", "float32", [-1, 4])]),
+                samples=SamplesInfo(count=2, sha256="s"))
+    st.formats["onnx-optimized"] = FormatStatus(format="onnx", path="formats/onnx-optimized/model.onnx",
+                                                convert=ConvertStep(inputs_sha256="conv-hash"),
+                                                runners={"onnxruntime-cpu": _runner("skipped")})
+    reporter = SimpleNamespace(step_end=lambda *a, **k: None)
+    return RunContext(config=NavigatorConfig().resolved(), ws=ws, status=st, source=None, device="cpu",
+                      reporter=reporter, resume_from=old)
+
+
+def _task() -> Task:
+    return Task(kind="format", key="onnx-optimized", artifact="formats/onnx-optimized/model.onnx",
+                io_names={"x": "x", "y": "y"}, runners=[RunnerTask("onnxruntime", "cpu")],
+                verify=VerifySpec(rules={"y": {"mode": "tolerance", "atol": 1e-5, "rtol": 1e-4}}),
+                profile=ProfileSpec(batch_dim=0, settings={"budget_s": 1.0}))
+
+
+def _old(verify_hash: str | None, profile_hash: str | None, convert_hash="conv-hash") -> Status:
+    old = Status(model=ModelInfo(name="m", source_format="onnx"))
+    runner = _runner(results=[(1, 10.0)])
+    runner.verify.inputs_sha256, runner.profile.inputs_sha256 = verify_hash, profile_hash
+    old.formats["onnx-optimized"] = FormatStatus(format="onnx", convert=ConvertStep(status="ok",
+                                                                                     inputs_sha256=convert_hash),
+                                                 runners={"onnxruntime-cpu": runner})
+    return old
+
+
+ITEM = PlannedFormat(key="onnx-optimized", parent="onnx", converter=None, requested=True)
+
+
+def _hashes(task: Task) -> tuple[str, str]:
+    v = step_hash("conv-hash", "onnxruntime-cpu", task.verify.to_dict(), task.io_names, "s", None)
+    return v, step_hash(v, task.profile.to_dict())
+
+
+def test_unchanged_steps_are_reused_and_nothing_is_left_to_run(tmp_path):
+    verify_hash, profile_hash = _hashes(_task())
+    ctx = _ctx(tmp_path, _old(verify_hash, profile_hash))
+    assert reuse(ctx, ITEM, _task()) is None
+    rs = ctx.status.formats["onnx-optimized"].runners["onnxruntime-cpu"]
+    assert rs.verify.status == "ok" and rs.profile.results[0].throughput == 10.0
+    assert ctx.step_hashes[("onnx-optimized", "onnxruntime-cpu", "verify")] == verify_hash
+
+
+@pytest.mark.parametrize("change", ["tolerance", "profile", "no record"])
+def test_a_changed_input_runs_the_step_again(tmp_path, change):
+    verify_hash, profile_hash = _hashes(_task())
+    old = None if change == "no record" else _old(verify_hash, profile_hash)
+    task = _task()
+    if change == "tolerance":
+        task.verify.rules["y"]["atol"] = 1e-3
+    elif change == "profile":
+        task.profile.settings["budget_s"] = 5.0
+    left = reuse(_ctx(tmp_path, old), ITEM, task)
+    assert left is not None and [r.key for r in left.runners] == ["onnxruntime-cpu"]
