@@ -88,16 +88,27 @@ def foldable_mlp_torch():
 def small_cnn(channels: int = 8, classes: int = 4, seed: int = 3) -> onnx.ModelProto:
     """Conv (with bias) + Relu + global pool + MatMul on x [batch, 3, h, w]: three
     dynamic dims; the shape of net that fp16 casts and int8 Q/DQ (per-channel
-    Conv weights, fp32 bias) are checked on, and that TensorRT-RTX builds."""
+    Conv weights, fp32 bias) are checked on, and that TensorRT-RTX builds. A second
+    MatMul on the first pixel carries each input's own values into the logits: a global
+    average of random pixels is nearly the same for every sample, and a check whose
+    output does not depend on the input cannot fail (the negative control says so)."""
     rng = np.random.default_rng(seed)
     inits = [numpy_helper.from_array((rng.standard_normal((channels, 3, 3, 3)) * 0.5).astype(np.float32), "conv_w"),
              numpy_helper.from_array(rng.standard_normal(channels).astype(np.float32), "conv_b"),
-             numpy_helper.from_array(rng.standard_normal((channels, classes)).astype(np.float32), "fc")]
+             numpy_helper.from_array(rng.standard_normal((channels, classes)).astype(np.float32), "fc"),
+             numpy_helper.from_array((rng.standard_normal((3, classes)) * 4).astype(np.float32), "pixel_fc"),
+             numpy_helper.from_array(np.array([0, 0], np.int64), "p0"),
+             numpy_helper.from_array(np.array([1, 1], np.int64), "p1"),
+             numpy_helper.from_array(np.array([2, 3], np.int64), "hw")]
     nodes = [helper.make_node("Conv", ["x", "conv_w", "conv_b"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["r"]),
              helper.make_node("GlobalAveragePool", ["r"], ["g"]),
              helper.make_node("Flatten", ["g"], ["f"]),
-             helper.make_node("MatMul", ["f", "fc"], ["logits"])]
+             helper.make_node("MatMul", ["f", "fc"], ["pooled_logits"]),
+             helper.make_node("Slice", ["x", "p0", "p1", "hw"], ["pixel"]),
+             helper.make_node("Flatten", ["pixel"], ["pixel_flat"]),
+             helper.make_node("MatMul", ["pixel_flat", "pixel_fc"], ["pixel_logits"]),
+             helper.make_node("Add", ["pooled_logits", "pixel_logits"], ["logits"])]
     return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, "h", "w"])],
                   [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", classes])], inits)
 

@@ -1,4 +1,4 @@
-"""status.yaml: the record of a workspace (schema version 1).
+"""status.yaml: the record of a workspace (schema version 2).
 
 A public interface: users' CI jobs and ``navigator gate`` read it. The
 layout is ARCHITECTURE.md's; ``schema/status.v1.schema.json`` states it as a
@@ -22,12 +22,21 @@ from navigator.errors import UserInputError
 from navigator.types import ModelSignature, Record
 from navigator.workspace.atomic import write_text
 
-SCHEMA_VERSION = 1
-STEP_STATUSES = ("ok", "failed", "skipped")
+SCHEMA_VERSION = 2
+# inconclusive (v2): a verification whose check could not have failed on its data (negative controls)
+STEP_STATUSES = ("ok", "failed", "skipped", "inconclusive")
 RUN_STATES = ("running", "complete", "interrupted")
 
+
+def _v1_to_v2(data: dict) -> dict:
+    """v2 adds the ``inconclusive`` step status and optional fields (output scale, atol derivation,
+    negative controls, profile corners); a v1 record reads as it was: no v1 file holds them."""
+    data["schema_version"] = 2
+    return data
+
+
 # from_version -> migration to from_version + 1. Keep them small and ordered.
-MIGRATIONS: dict[int, Callable[[dict], dict]] = {}
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {1: _v1_to_v2}
 
 
 def now() -> str:
@@ -57,9 +66,14 @@ class OutputCheck(Record):
     rtol: float | None = None
     min_atol: float | None = None
     min_rtol: float | None = None
-    threshold: float | None = None     # mismatch_fraction / cosine bound
-    measured: float | None = None      # mismatch fraction / cosine similarity found
+    threshold: float | None = None     # mismatch_fraction / cosine / quantized bound
+    measured: float | None = None      # mismatch fraction / cosine similarity / worst relative L2 found
     reason: str | None = None
+    scale: float | None = None         # robust magnitude of the reference output (p99 of |reference|)
+    atol_rule: str | None = None       # how atol was chosen: "given", or "1e-05 x scale 3.2 (...)"
+    conclusive: bool | None = None     # the check rejected a wrong answer (negative control) on this data
+    control: str | None = None         # what the negative controls showed
+    cure: str | None = None            # when inconclusive: what makes the check able to fail
 
 
 @dataclass
@@ -149,6 +163,7 @@ class SamplesInfo(Record):
     source: str = "generated"          # generated | iterable | folder
     value_ranges: dict[str, list[float]] = field(default_factory=dict)
     shapes: list[dict[str, list[int]]] = field(default_factory=list)
+    corners: list[int] = field(default_factory=list)   # stored batches at a shape profile's min / max (v2)
     sha256: str | None = None
     reference: dict | None = None      # {key, runner[, options]}: where the reference outputs came from
 

@@ -64,6 +64,7 @@ FORMATS: tuple[Format, ...] = (
         serving=Serving("onnxruntime", "onnxruntime_onnx", "model.onnx"),
         python_loader="onnx", python_packages=("onnxruntime",),
         default_targets=("onnx", "onnx-optimized", "openvino?"),
+        check="navigator.converters.onnx_check:check_artifact",
         runner_classes={"onnxruntime": "navigator.runners.onnxruntime:OnnxruntimeRunner"}),
     Format(
         "torch_export", "model.pt2", preference=6, precisions=("fp32", "fp16", "bf16"), runners=_both("torch_export"),

@@ -112,6 +112,8 @@ def explain_skips(fs, config) -> None:
             rs.verify.reason = "not run"
         if rs.profile.status == "skipped" and rs.profile.reason in (None, "", "pending"):
             rs.profile.reason = ("--no-profile" if config.no_profile else
+                                 "verification inconclusive: an unverified format is never measured for best"
+                                 if rs.verify.status == "inconclusive" else
                                  "verification did not pass" if rs.verify.status != "ok" else "not run")
 
 
