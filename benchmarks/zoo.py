@@ -525,6 +525,28 @@ def write_report(records: list[dict], serve: list[dict], meta: dict, path: Path,
     path.write_text("\n".join(lines) + "\n")
 
 
+def write_expected(records: list[dict], path: Path):
+    """Per model, format key (convert attempted) and runner: the verify status of this run; a failed
+    conversion as {convert: failed}."""
+    import yaml
+
+    models = {}
+    for r in records:
+        m = models.setdefault(r["model"], {})
+        for key, f in (r.get("formats") or {}).items():
+            if f["convert"]["status"] == "skipped":
+                continue
+            if f["convert"]["status"] != "ok":
+                m[key] = {"convert": f["convert"]["status"]}
+            else:
+                m[key] = {rn: rr["verify"]["status"] for rn, rr in f["runners"].items()}
+    text = ("# Expected verify status per (model, format key, runner) of `benchmarks/zoo.py --subset ci`\n"
+            "# on a 2-core CPU (tests/functional/test_zoo.py). Regenerate with\n"
+            "#   python benchmarks/zoo.py --subset ci --workdir /tmp/zoo-ci --write-expected " + str(path) + "\n"
+            "# and review the diff: an entry going from ok to failed is a regression.\n")
+    path.write_text(text + yaml.safe_dump({"models": models}, sort_keys=True))
+
+
 def print_table(records: list[dict]):
     print(f"{'model':28} {'format':24} {'runner':22} {'convert':8} {'verify':8} detail")
     for r in records:
@@ -572,6 +594,8 @@ def main(argv=None) -> int:
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--one-json", help=argparse.SUPPRESS)
     ap.add_argument("--from-json", help="re-write the report from an earlier --json file")
+    ap.add_argument("--write-expected", help="write the run's verify statuses as an expectations YAML "
+                                             "(tests/functional/test_zoo.py reads benchmarks/results/zoo_ci_expected.yaml)")
     a = ap.parse_args(argv)
 
     if a.one:   # child mode
@@ -585,6 +609,8 @@ def main(argv=None) -> int:
             write_report(data["records"], data.get("serve", []), data["meta"], Path(a.out),
                          Path(a.notes) if a.notes else None)
         print_table(data["records"])
+        if a.write_expected:
+            write_expected(data["records"], Path(a.write_expected))
         return 0
 
     names = select(a.models, a.subset)
@@ -646,6 +672,8 @@ def main(argv=None) -> int:
     if a.out:
         write_report(records, serve, meta, Path(a.out), Path(a.notes) if a.notes else None)
         print(f"[zoo] report: {a.out}")
+    if a.write_expected:
+        write_expected(records, Path(a.write_expected))
     return 0
 
 

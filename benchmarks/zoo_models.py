@@ -60,12 +60,22 @@ def text_batches(names=("input_ids", "attention_mask"), *, vocab=VOCAB, pad_id=0
     return out
 
 
+def _smooth_field(rng, b, c, h, w, cells=4):
+    """A per-sample low-frequency random field (cells x cells, upsampled): what makes images differ
+    globally, so pooled features (and so the logits) vary from sample to sample."""
+    low = rng.standard_normal((b, c, cells, cells))
+    ry, rx = -(-h // cells), -(-w // cells)
+    return np.kron(low, np.ones((1, 1, ry, rx)))[:, :, :h, :w]
+
+
 def image_batches(name="pixel_values", *, chw=(3, 64, 64), seed=0, batch_sizes=(8, 8),
                   channels_last=False) -> list[dict]:
+    """Normalised-image-like tensors: a smooth per-sample field plus pixel noise (pure iid noise
+    averages out in global pooling and leaves near-identical logits for every sample)."""
     rng = np.random.RandomState(seed)
     out = []
     for b in batch_sizes:
-        x = rng.standard_normal((b, *chw)).astype(np.float32)
+        x = (_smooth_field(rng, b, *chw) + 0.3 * rng.standard_normal((b, *chw))).astype(np.float32)
         if channels_last:
             x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
         out.append({name: x})
@@ -73,13 +83,27 @@ def image_batches(name="pixel_values", *, chw=(3, 64, 64), seed=0, batch_sizes=(
 
 
 def audio_value_batches(*, seed=0, shapes=((8, 1600), (4, 2400))) -> list[dict]:
+    """Raw audio: per-sample tones (random frequencies and gains) plus noise."""
     rng = np.random.RandomState(seed)
-    return [{"input_values": (0.5 * rng.standard_normal(s)).astype(np.float32)} for s in shapes]
+    out = []
+    for b, t in shapes:
+        time_ = np.arange(t)[None, :] / 16000.0
+        f = rng.uniform(100, 2000, size=(b, 3, 1))
+        g = rng.uniform(0.1, 1.0, size=(b, 3, 1))
+        x = (g * np.sin(2 * np.pi * f * time_[:, None, :])).sum(1) + 0.1 * rng.standard_normal((b, t))
+        out.append({"input_values": x.astype(np.float32)})
+    return out
 
 
 def audio_feature_batches(*, mels=16, frames=64, seed=0, batch_sizes=(8, 8)) -> list[dict]:
+    """Log-mel-like features: a per-sample spectral envelope (per mel bin) plus frame noise."""
     rng = np.random.RandomState(seed)
-    return [{"input_features": rng.standard_normal((b, mels, frames)).astype(np.float32)} for b in batch_sizes]
+    out = []
+    for b in batch_sizes:
+        env = rng.standard_normal((b, mels, 1))
+        x = env + 0.5 * rng.standard_normal((b, mels, frames))
+        out.append({"input_features": x.astype(np.float32)})
+    return out
 
 
 # --------------------------------------------------------------------------- torch helpers
@@ -123,6 +147,26 @@ def _standardise_linear(module, head, batches: list[dict], key: str, *, target_s
     return float(scale)
 
 
+def _calibrate_batchnorm(module, batches: list[dict]):
+    """Data-dependent init of BatchNorm running statistics: a forward pass in train mode over the
+    (seeded) calibration batches with a cumulative average, then eval. With the default running
+    stats (mean 0, var 1) a randomly initialised CNN's signal vanishes layer by layer in eval mode
+    (transformers' MobileNetV2: logits ~1e-13 on every input)."""
+    import torch
+
+    bns = [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not bns:
+        return
+    for bn in bns:
+        bn.reset_running_stats()
+        bn.momentum = None
+    module.train()
+    with torch.no_grad():
+        for b in batches:
+            module(**_to_torch(b))
+    module.eval()
+
+
 class _Wrap:
     """Mixin: ``self.model`` is the HF model; ``self.keys`` the output fields returned."""
 
@@ -162,14 +206,19 @@ def _wrapper_class(signature: str):
             "values": ValueWrap}[signature]
 
 
-def _finish(model, signature: str, keys, head_attr, calib: list[dict]):
+def _finish(model, signature: str, keys, head_attr, calib: list[dict], target_std: float = 1.0,
+            bn_calib: bool = True):
     """Wrap, eval, standardise the head(s) (a submodule name or a list of them) on the
     calibration batches."""
     model.eval()
     wrapped = _wrapper_class(signature)(model, keys).eval()
+    wrapped.zoo_head_scales = []
+    if bn_calib and calib:
+        _calibrate_batchnorm(wrapped, calib)
     heads = [head_attr] if isinstance(head_attr, str) else list(head_attr or [])
     for h in heads:
-        _standardise_linear(wrapped, model.get_submodule(h), calib, keys[0])
+        wrapped.zoo_head_scales.append(
+            _standardise_linear(wrapped, model.get_submodule(h), calib, keys[0], target_std=target_std))
     return wrapped
 
 
@@ -178,12 +227,14 @@ def _text_calib(names, vocab=VOCAB, pad_id=0):
 
 
 # --------------------------------------------------------------------------- transformers text
+# initializer_range 0.1 (transformers' default 0.02): with 0.02 the pooled output of these small
+# encoders barely depends on the input and the head had to be scaled by ~40 (see _standardise_linear).
 def bert():
     from transformers import BertConfig, BertForSequenceClassification
 
     _torch_seed(0)
     cfg = BertConfig(vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=256, max_position_embeddings=64, type_vocab_size=2, num_labels=4)
+                     intermediate_size=256, max_position_embeddings=64, type_vocab_size=2, num_labels=4, initializer_range=0.1)
     names = ("input_ids", "attention_mask", "token_type_ids")
     return _finish(BertForSequenceClassification(cfg), "text_tt", ["logits"], "classifier", _text_calib(names))
 
@@ -193,7 +244,7 @@ def distilbert():
 
     _torch_seed(0)
     cfg = DistilBertConfig(vocab_size=VOCAB, dim=128, n_layers=2, n_heads=2, hidden_dim=256,
-                           max_position_embeddings=64, num_labels=4)
+                           max_position_embeddings=64, num_labels=4, initializer_range=0.1)
     return _finish(DistilBertForSequenceClassification(cfg), "text", ["logits"], "classifier",
                    _text_calib(("input_ids", "attention_mask")))
 
@@ -204,7 +255,7 @@ def roberta():
     _torch_seed(0)
     cfg = RobertaConfig(vocab_size=VOCAB, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=256, max_position_embeddings=72, type_vocab_size=1, num_labels=4,
-                        pad_token_id=1)
+                        pad_token_id=1, initializer_range=0.1)
     return _finish(RobertaForSequenceClassification(cfg), "text", ["logits"], "classifier.out_proj",
                    _text_calib(("input_ids", "attention_mask"), pad_id=1))
 
@@ -214,7 +265,7 @@ def albert():
 
     _torch_seed(0)
     cfg = AlbertConfig(vocab_size=VOCAB, embedding_size=64, hidden_size=128, num_hidden_layers=2,
-                       num_attention_heads=2, intermediate_size=256, max_position_embeddings=64, num_labels=4)
+                       num_attention_heads=2, intermediate_size=256, max_position_embeddings=64, num_labels=4, initializer_range=0.1)
     return _finish(AlbertForSequenceClassification(cfg), "text", ["logits"], "classifier",
                    _text_calib(("input_ids", "attention_mask")))
 
@@ -238,6 +289,19 @@ def llama():
     return _finish(LlamaForCausalLM(cfg), "text", ["logits"], "lm_head", _text_calib(("input_ids", "attention_mask")))
 
 
+def llama_large_logits():
+    """Diagnostic: the same Llama with its LM head scaled to logits of std 10 (max ~50), the scale of
+    a trained LM's logits, to see whether fp16 / int8 verification at a fixed atol holds there."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    _torch_seed(0)
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, use_cache=False,
+                      tie_word_embeddings=False)
+    return _finish(LlamaForCausalLM(cfg), "text", ["logits"], "lm_head", _text_calib(("input_ids", "attention_mask")),
+                   target_std=10.0)
+
+
 def t5_encoder():
     from transformers import T5Config, T5EncoderModel
 
@@ -258,7 +322,7 @@ def vit():
 
     _torch_seed(0)
     cfg = ViTConfig(image_size=32, patch_size=8, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                    intermediate_size=128, num_labels=10)
+                    intermediate_size=128, num_labels=10, initializer_range=0.1)
     return _finish(ViTForImageClassification(cfg), "pixel", ["logits"], "classifier", _pix_calib((3, 32, 32)))
 
 
@@ -284,25 +348,28 @@ def swin():
 
     _torch_seed(0)
     cfg = SwinConfig(image_size=32, patch_size=2, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4,
-                     num_labels=10)
+                     num_labels=10, initializer_range=0.1)
     return _finish(SwinForImageClassification(cfg), "pixel", ["logits"], "classifier", _pix_calib((3, 32, 32)))
 
 
 def mobilenet_v2():
-    import torch
     from transformers import MobileNetV2Config, MobileNetV2ForImageClassification
 
     _torch_seed(0)
     cfg = MobileNetV2Config(image_size=64, depth_multiplier=0.35, num_labels=10)
-    m = MobileNetV2ForImageClassification(cfg)
-    # transformers initialises the convolutions with N(0, 0.02): through 17 inverted residual blocks the
-    # signal dies (logits ~1e-13 on every input). Re-initialise them as torchvision does (Kaiming, fan_out).
-    for mod in m.modules():
-        if isinstance(mod, torch.nn.Conv2d):
-            torch.nn.init.kaiming_normal_(mod.weight, mode="fan_out")
-            if mod.bias is not None:
-                torch.nn.init.zeros_(mod.bias)
-    return _finish(m, "pixel", ["logits"], "classifier", _pix_calib((3, 64, 64)))
+    # transformers' init N(0, 0.02) with BatchNorm's default running stats: the signal dies through the 17
+    # inverted residual blocks (logits ~1e-13). _finish calibrates the BatchNorm statistics first.
+    return _finish(MobileNetV2ForImageClassification(cfg), "pixel", ["logits"], "classifier", _pix_calib((3, 64, 64)))
+
+
+def mobilenet_v2_default_init():
+    """Diagnostic, deliberately degenerate: transformers' own initialisation, unchanged (logits ~1e-13
+    on every input). Any format verifies against it at any tolerance."""
+    from transformers import MobileNetV2Config, MobileNetV2ForImageClassification
+
+    _torch_seed(0)
+    cfg = MobileNetV2Config(image_size=64, depth_multiplier=0.35, num_labels=10)
+    return _finish(MobileNetV2ForImageClassification(cfg), "pixel", ["logits"], None, [], bn_calib=False)
 
 
 def yolos():
@@ -310,7 +377,8 @@ def yolos():
 
     _torch_seed(0)
     cfg = YolosConfig(image_size=[64, 64], patch_size=16, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                      intermediate_size=128, num_detection_tokens=10, num_labels=5)
+                      intermediate_size=128, num_detection_tokens=10, num_labels=5,
+                      initializer_range=0.2)   # at 0.02 the detection tokens barely see the image
     m = YolosForObjectDetection(cfg)
     # class logits standardised; pred_boxes = sigmoid(MLP): at init the MLP gives ~0, so every box is
     # (0.5, 0.5, 0.5, 0.5) +- 4e-4; its last layer is standardised too so the boxes spread over (0, 1)
@@ -325,7 +393,8 @@ def whisper_encoder():
     _torch_seed(0)
     cfg = WhisperConfig(vocab_size=VOCAB, num_mel_bins=16, d_model=64, encoder_layers=2, encoder_attention_heads=2,
                         decoder_layers=1, decoder_attention_heads=2, encoder_ffn_dim=128, decoder_ffn_dim=128,
-                        max_source_positions=32, max_target_positions=32, num_labels=6, classifier_proj_size=32)
+                        max_source_positions=32, max_target_positions=32, num_labels=6, classifier_proj_size=32,
+                        init_std=0.2)   # at 0.02 the pooled encoder output barely depends on the input
     calib = audio_feature_batches(seed=1234, batch_sizes=(16,))
     return _finish(WhisperForAudioClassification(cfg), "features", ["logits"], "classifier", calib)
 
@@ -338,12 +407,15 @@ def wav2vec2():
                          intermediate_size=128, conv_dim=(32, 32, 32), conv_stride=(5, 4, 2),
                          conv_kernel=(10, 8, 4), num_feat_extract_layers=3, num_conv_pos_embeddings=16,
                          num_conv_pos_embedding_groups=4, classifier_proj_size=32, num_labels=6,
-                         feat_extract_norm="group", do_stable_layer_norm=False)
+                         feat_extract_norm="group", do_stable_layer_norm=False, initializer_range=0.2)
     calib = audio_value_batches(seed=1234, shapes=((16, 1600),))
     return _finish(Wav2Vec2ForSequenceClassification(cfg), "values", ["logits"], "classifier", calib)
 
 
 # --------------------------------------------------------------------------- Keras 3 (TF backend)
+HEAD_SCALES: dict[str, list[float]] = {}     # Keras model name -> head scale factors (for --check)
+
+
 def _keras():
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -353,9 +425,29 @@ def _keras():
     return keras
 
 
-def _keras_standardise(model, batches: list[dict]):
-    """Rescale the last Dense layer so its outputs have mean ~0, std ~1 per channel."""
+def _keras_calibrate_batchnorm(model, batches: list[dict]):
+    """BatchNormalization moving statistics from the data (one training-mode pass with momentum 0),
+    as _calibrate_batchnorm does for torch: with the default stats (mean 0, var 1) a random Keras
+    MobileNetV2 / EfficientNet's signal dies (head scale factors of 1e10 / 1e5 were needed)."""
     keras = _keras()
+    bns = [l for l in model._flatten_layers() if isinstance(l, keras.layers.BatchNormalization)]
+    if not bns:
+        return
+    x = np.concatenate([next(iter(b.values())) for b in batches])
+    saved = [bn.momentum for bn in bns]
+    for bn in bns:
+        bn.momentum = 0.0
+    model(x, training=True)
+    for bn, m in zip(bns, saved):
+        bn.momentum = m
+
+
+def _keras_standardise(model, batches: list[dict]):
+    """Calibrate BatchNorm statistics, then rescale the last Dense layer so its outputs have
+    mean ~0, std ~1 per channel."""
+    keras = _keras()
+    if len(batches[0]) == 1:
+        _keras_calibrate_batchnorm(model, batches)
     head = [l for l in model.layers if isinstance(l, keras.layers.Dense)][-1]
     feat = keras.Model(model.inputs, head.input)
     x = np.concatenate([np.asarray(feat.predict(b if len(b) > 1 else next(iter(b.values())), verbose=0))
@@ -365,6 +457,7 @@ def _keras_standardise(model, batches: list[dict]):
     mean, std = y.mean(0), max(float(y.std(0).mean()), 1e-12)
     head.kernel.assign(k / std)
     head.bias.assign(-mean / std)
+    HEAD_SCALES[model.name] = [1.0 / std]
     return model
 
 
@@ -516,6 +609,8 @@ MODELS: dict[str, ZooModel] = {m.name: m for m in [
     _text("gpt2", "gpt2", notes="LM head, logits [B,S,1000]"),
     _text("llama", "llama", notes="LlamaForCausalLM, GQA, RoPE"),
     _text("t5-encoder", "t5_encoder", notes="T5EncoderModel, last_hidden_state"),
+    _text("llama-large-logits", "llama_large_logits",
+          notes="diagnostic: the llama with logits of std 10 (a trained LM's scale)"),
     ZooModel("bert-generated", "text", "torch", "bert", lambda: [],
              {"shapes": "input_ids:8x16,attention_mask:8x16,token_type_ids:8x16",
               "max_shapes": "input_ids:64x128,attention_mask:64x128,token_type_ids:64x128",
@@ -527,6 +622,8 @@ MODELS: dict[str, ZooModel] = {m.name: m for m in [
     _pixel("convnext", "convnext", 64),
     _pixel("swin", "swin", 32),
     _pixel("mobilenet-v2", "mobilenet_v2", 64),
+    _pixel("mobilenet-v2-default-init", "mobilenet_v2_default_init", 64, family="diagnostic",
+           notes="diagnostic: transformers' default init left as is (logits ~1e-13): a vacuous reference"),
     _pixel("yolos", "yolos", 64, family="detection", notes="logits + pred_boxes (sigmoid)"),
     ZooModel("whisper-encoder", "audio", "torch", "whisper_encoder", lambda: audio_feature_batches(),
              {"max_batch_size": MAX_BATCH}, notes="WhisperForAudioClassification: the encoder + a pooled head"),
@@ -572,10 +669,12 @@ def _check(names):
             import torch
 
             mod = globals()[m.builder]()
+            print(f"{name}: head scale factor(s) {[f'{x:.3g}' for x in getattr(mod, 'zoo_head_scales', [])]}")
             with torch.no_grad():
                 outs = [{k: v.numpy() for k, v in mod(**_to_torch(b)).items()} for b in batches]
         elif m.kind == "keras":
             mod = globals()[m.builder]()
+            print(f"{name}: head scale factor(s) {[f'{x:.3g}' for x in HEAD_SCALES.get(mod.name, [])]}")
             outs = [{"output": np.asarray(mod.predict(b if len(b) > 1 else next(iter(b.values())), verbose=0))}
                     for b in batches]
         else:
