@@ -126,6 +126,54 @@ def _invalid_ops(path: Path) -> list[str]:
         return [f"<could not read: {type(e).__name__}: {e}>"]
 
 
+def sensitivity(ws: Path) -> dict | None:
+    """How much the fp32 ONNX graph itself moves (max |out - ref| over the stored batches) when (a)
+    its float weights are rounded to fp16, (b) its float inputs get 5e-4 relative noise. An fp16
+    format whose error is about (a) fails because the *model* is that sensitive (e.g. a randomly
+    initialised deep CNN), not because the conversion is wrong. onnx + onnxruntime only."""
+    import numpy as np
+
+    src = ws / "formats" / "onnx" / "model.onnx"
+    if not src.exists():
+        return None
+    try:
+        import onnx
+        import onnxruntime as ort
+        from onnx import numpy_helper
+
+        samples = [dict(np.load(f)) for f in sorted((ws / "samples" / "inputs").glob("[0-9][0-9][0-9].npz"))]
+        refs = [dict(np.load(f)) for f in sorted((ws / "samples" / "reference").glob("[0-9][0-9][0-9].npz"))]
+
+        def run(model_bytes, noise=0.0):
+            sess = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+            names = [i.name for i in sess.get_inputs()]
+            onames = [o.name for o in sess.get_outputs()]
+            rng = np.random.RandomState(0)
+            out: dict = {}
+            for b, r in zip(samples, refs):
+                feed = {n: b[n] for n in names if n in b}
+                if noise:
+                    feed = {n: (v * (1 + noise * rng.standard_normal(v.shape))).astype(v.dtype)
+                            if v.dtype.kind == "f" else v for n, v in feed.items()}
+                for i, v in enumerate(sess.run(None, feed)):
+                    ref = r[onames[i]] if onames[i] in r else list(r.values())[i]
+                    if v.shape == ref.shape and v.dtype.kind == "f":
+                        out[onames[i]] = max(out.get(onames[i], 0.0), float(np.abs(v.astype(np.float64) - ref).max()))
+            return out
+
+        m = onnx.load(str(src))
+        for init in m.graph.initializer:
+            if init.data_type == onnx.TensorProto.FLOAT:
+                a = numpy_helper.to_array(init)
+                with np.errstate(over="ignore"):
+                    r16 = np.clip(a, -65504, 65504).astype(np.float16).astype(np.float32)
+                r16 = np.where(np.abs(a) > 65504, a, r16)      # fp16 conversion keeps those in fp32 anyway
+                init.CopyFrom(numpy_helper.from_array(r16.astype(np.float32), init.name))
+        return {"fp16_weights": run(m.SerializeToString()), "input_noise_5e-4": run(str(src), 5e-4)}
+    except Exception as e:  # noqa: BLE001 - a diagnostic only
+        return {"error": f"{type(e).__name__}: {_short(e, 200)}"}
+
+
 def _short(text, n=400):
     if text is None:
         return None
@@ -142,7 +190,7 @@ def summarise_workspace(ws: Path) -> dict:
            "shape_profiles": st.get("shape_profiles"), "samples": {k: v for k, v in (st.get("samples") or {}).items()
                                                                    if k in ("count", "source", "shapes",
                                                                             "value_ranges", "reference")},
-           "best": st.get("best"), "formats": {}, "outputs": _np_stats(ws)}
+           "best": st.get("best"), "formats": {}, "outputs": _np_stats(ws), "sensitivity": sensitivity(ws)}
     for key, fs in (st.get("formats") or {}).items():
         conv = fs.get("convert") or {}
         rec = {"format": fs.get("format"), "precision": fs.get("precision"), "parent": fs.get("parent"),
@@ -374,8 +422,37 @@ def failures_of(rec: dict) -> list[dict]:
                                      f"min_atol {_g(c.get('min_atol'))}), scale {_g(e.get('scale'))}, "
                                      f"rel-to-scale {_g(e.get('rel_to_scale'))}")
                 out.append({"model": rec["model"], "key": key, "runner": rn, "stage": "verify",
-                            "reason": (r["verify"]["reason"] or "") + (" | " + "; ".join(worst) if worst else "")})
+                            "reason": (r["verify"]["reason"] or "") + (" | " + "; ".join(worst) if worst else ""),
+                            "hint": _hint(rec, f, r)})
     return out
+
+
+def _hint(rec: dict, fmt: dict, runner: dict) -> str:
+    """A mechanical first diagnosis of a failed verification (the analysis says more)."""
+    hints = []
+    sens = (rec.get("sensitivity") or {}).get("fp16_weights") or {}
+    for o, c in runner["verify"]["outputs"].items():
+        if c.get("passed") is not False:
+            continue
+        e = runner["errors"].get(o, {})
+        rel, err = e.get("rel_to_scale"), c.get("max_abs")
+        if err is None:
+            continue
+        if fmt.get("precision") == "fp32" and rel is not None and rel < 1e-4:
+            hints.append(f"{o}: fp32 rounding (error {_g(rel)} of the output scale {_g(e.get('scale'))}): "
+                         "a fixed absolute atol is too tight at this scale")
+        elif fmt.get("precision") == "fp16" and o in sens and err <= 2 * sens[o]:
+            hints.append(f"{o}: model-limited: the fp32 graph with fp16-rounded weights already moves {_g(sens[o])}")
+        elif fmt.get("precision") == "fp16" and rel is not None and rel < 2e-3:
+            hints.append(f"{o}: fp16 rounding ({_g(rel)} of the output scale {_g(e.get('scale'))}): "
+                         "atol 1e-2 is below fp16 resolution at this scale")
+        elif rel is not None and rel > 0.3:
+            hints.append(f"{o}: the format computes something else ({_g(rel)} of the output scale)")
+        elif rel is not None:
+            hints.append(f"{o}: error {_g(rel)} of the output scale")
+    if runner["verify"].get("reason") and not runner["verify"]["outputs"]:
+        hints.append("the runner raised")
+    return "; ".join(hints)
 
 
 def _g(x):
@@ -408,7 +485,12 @@ def write_report(records: list[dict], serve: list[dict], meta: dict, path: Path,
         for k, f in (r.get("formats") or {}).items():
             if not _is_noconverter(f) and k not in keys:
                 keys.append(k)
+    all_skip = [k for k in keys if all(((r.get("formats") or {}).get(k) or {"convert": {"status": "skipped"}})
+                                          ["convert"]["status"] == "skipped" for r in records)]
+    keys = [k for k in keys if k not in all_skip]
     add("## Results: model × format\n")
+    if all_skip:
+        add("Requested but skipped for every model (they run on CUDA only): " + ", ".join(all_skip) + ".\n")
     add("| model | family | " + " | ".join(keys) + " | wall s |")
     add("|" + "---|" * (len(keys) + 3))
     for r in records:
@@ -464,12 +546,17 @@ def write_report(records: list[dict], serve: list[dict], meta: dict, path: Path,
     add("`max |ref|` over the stored reference outputs; `row std`: the std across the rows of a batch, "
         "averaged over positions (near 0 = the output barely depends on the input: any verification is "
         "vacuous). Heads are standardised in the factories (see zoo_models.py).\n")
-    add("| model | output | shapes | max abs | row std | degenerate |")
-    add("|---|---|---|---|---|---|")
+    add("`fp16 weights` / `input noise`: how far the fp32 ONNX graph itself moves when its weights are "
+        "rounded to fp16 / its inputs get 5e-4 relative noise (the floor any fp16 format can reach; a "
+        "well-conditioned model stays far below 1e-2).\n")
+    add("| model | output | shapes | max abs | row std | degenerate | fp16 weights | input noise |")
+    add("|---|---|---|---|---|---|---|---|")
     for r in records:
+        sens = r.get("sensitivity") or {}
         for o, s in (r.get("outputs") or {}).items():
             add(f"| {r['model']} | {o} | {' '.join('x'.join(map(str, sh)) for sh in s['shapes'])} | "
-                f"{_g(s['max_abs'])} | {_g(s['row_std'])} | {'**yes**' if s['degenerate'] else 'no'} |")
+                f"{_g(s['max_abs'])} | {_g(s['row_std'])} | {'**yes**' if s['degenerate'] else 'no'} | "
+                f"{_g((sens.get('fp16_weights') or {}).get(o))} | {_g((sens.get('input_noise_5e-4') or {}).get(o))} |")
     add("")
 
     # ---- detail per (model, format, runner)
@@ -495,12 +582,12 @@ def write_report(records: list[dict], serve: list[dict], meta: dict, path: Path,
 
     # ---- failures (as recorded)
     add("## Failures as recorded (reasons from status.yaml, shortened)\n")
-    add("| model | format | runner | stage | reason |")
-    add("|---|---|---|---|---|")
+    add("| model | format | runner | stage | reason | first diagnosis (mechanical) |")
+    add("|---|---|---|---|---|---|")
     for r in records:
         for fl in failures_of(r):
             reason = (fl["reason"] or "").replace("|", "\\|")
-            add(f"| {fl['model']} | {fl['key']} | {fl['runner']} | {fl['stage']} | {reason} |")
+            add(f"| {fl['model']} | {fl['key']} | {fl['runner']} | {fl['stage']} | {reason} | {fl.get('hint', '')} |")
     add("")
 
     if serve:
@@ -594,6 +681,8 @@ def main(argv=None) -> int:
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--one-json", help=argparse.SUPPRESS)
     ap.add_argument("--from-json", help="re-write the report from an earlier --json file")
+    ap.add_argument("--resummarise", action="store_true",
+                    help="with --from-json: re-read the workspaces of that run (they must still exist)")
     ap.add_argument("--write-expected", help="write the run's verify statuses as an expectations YAML "
                                              "(tests/functional/test_zoo.py reads benchmarks/results/zoo_ci_expected.yaml)")
     a = ap.parse_args(argv)
@@ -605,6 +694,12 @@ def main(argv=None) -> int:
 
     if a.from_json:
         data = json.loads(Path(a.from_json).read_text())
+        if a.resummarise:   # re-read every workspace that still exists (new diagnostics, same run)
+            for i, rec in enumerate(data["records"]):
+                ws = rec.get("workspace")
+                if ws and (Path(ws) / "status.yaml").exists():
+                    rec.update(summarise_workspace(Path(ws)))
+            Path(a.from_json).write_text(json.dumps(data, indent=1, default=str))
         if a.out:
             write_report(data["records"], data.get("serve", []), data["meta"], Path(a.out),
                          Path(a.notes) if a.notes else None)
