@@ -23,10 +23,18 @@ EXPECTED = ROOT / "benchmarks" / "results" / "zoo_ci_expected.yaml"
 
 pytestmark = [pytest.mark.slow, pytest.mark.functional]
 
+def _missing(pkg: str) -> bool:
+    try:
+        return importlib.util.find_spec(pkg) is None
+    except (ImportError, ValueError):   # a None entry in sys.modules: treated as absent
+        return True
+
+
+_INSTALL = {"torch": "torch==2.13.0", "transformers": "'transformers==5.23.*'"}
 for _pkg in ("torch", "transformers", "onnxruntime", "onnxscript"):
-    if importlib.util.find_spec(_pkg) is None:
+    if _missing(_pkg):
         pytestmark.append(pytest.mark.skip(reason=f"the model zoo needs the package {_pkg!r} "
-                                                  f"(pip install {_pkg if _pkg != 'torch' else 'torch==2.13.0'})"))
+                                                  f"(pip install {_INSTALL.get(_pkg, _pkg)})"))
         break
 
 
