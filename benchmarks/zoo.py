@@ -3,6 +3,11 @@
     python benchmarks/zoo.py --workdir /tmp/zoo --out benchmarks/results/zoo_cpu.md
     python benchmarks/zoo.py --subset ci --workdir /tmp/zoo-ci --json /tmp/zoo-ci.json
     python benchmarks/zoo.py --models bert,resnet --serve
+    python benchmarks/zoo.py --from-json benchmarks/results/zoo_cpu.json --notes ANALYSIS.md --out REPORT.md
+
+``--notes`` embeds a hand-written analysis (benchmarks/results/zoo_cpu.md carries one: copy its
+"Summary and analysis" section out before regenerating). ``--write-expected`` writes the expectations
+file that tests/functional/test_zoo.py checks the CI subset against.
 
 Each model (benchmarks/zoo_models.py) runs in its own child process (``--one NAME``) through
 Navigator's public API only: ``navigator.convert(...)`` with the family's default targets (+
@@ -495,9 +500,10 @@ def write_report(records: list[dict], serve: list[dict], meta: dict, path: Path,
     add("|" + "---|" * (len(keys) + 3))
     for r in records:
         cells = []
-        for k in keys:
+        for i, k in enumerate(keys):
             f = (r.get("formats") or {}).get(k)
-            cells.append(cell(f) if f else ("ERR" if r.get("error") and not r.get("formats") else ""))
+            cells.append(cell(f) if f else ("**ERR** (see failures)" if i == 0 and r.get("error")
+                                              and not r.get("formats") else ""))
         add(f"| {r['model']} | {r['family']} | " + " | ".join(cells) + f" | {r.get('wall_s', 0):.0f} |")
     add("")
     # runner names per key
@@ -563,7 +569,7 @@ def write_report(records: list[dict], serve: list[dict], meta: dict, path: Path,
     add("## Verification detail (every converted format × runner)\n")
     add("max abs / atol per output (`min_atol`: the smallest atol that passes at the stated rtol); "
         "`rel`: max abs error / max |ref|.\n")
-    add("| model | format | runner | verify | outputs: max_abs (atol, min_atol, rel) | best/s |")
+    add("| model | format | runner | verify | outputs: max_abs (atol, min_atol, rel) | profile: peak/s @ batch |")
     add("|---|---|---|---|---|---|")
     for r in records:
         for k, f in (r.get("formats") or {}).items():
@@ -576,7 +582,10 @@ def write_report(records: list[dict], serve: list[dict], meta: dict, path: Path,
                     outs.append(f"{o}: {_g(c.get('max_abs'))} ({_g(c.get('atol'))}, {_g(c.get('min_atol'))}, "
                                 f"{_g(e.get('rel_to_scale'))})")
                 peak = rr["profile"].get("peak") or {}
-                thr = f"{peak.get('throughput', 0):.0f}@{peak.get('batch_size')}" if peak else "-"
+                thr = (f"{peak.get('throughput', 0):.0f} @ {peak.get('batch_size')}" if peak
+                       else rr["profile"].get("status") or "-")
+                if rr["profile"].get("status") == "failed":
+                    thr = "failed: " + (rr["profile"].get("reason") or "")
                 add(f"| {r['model']} | {k} | {rn} | {rr['verify']['status']} | {'; '.join(outs) or '-'} | {thr} |")
     add("")
 
