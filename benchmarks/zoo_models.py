@@ -547,7 +547,6 @@ def onnx_torch_distilbert(out_dir: Path) -> Path:
 
 
 # --------------------------------------------------------------------------- the registry
-TEXT_PROFILE = {"min_shapes": None, "opt_shapes": None, "max_shapes": None}
 
 
 def _text_profile(names) -> dict:

@@ -1,7 +1,7 @@
 """Probes behind the zoo's diagnoses: re-run one conversion edge by hand, with the upstream tool
 and other settings, on a workspace's own fp32 ONNX graph, samples and reference outputs.
 
-    python benchmarks/zoo_probes.py fp16 WS [--block-nodes N1,N2] [--key onnx]
+    python benchmarks/zoo_probes.py fp16 WS [--block-nodes N1,N2] [--fix-casts] [--key onnx]
     python benchmarks/zoo_probes.py int8 WS [--key onnx]          # quantizer settings side by side
     python benchmarks/zoo_probes.py qpath WS NODE                  # Q/DQ nodes upstream of NODE in onnx-int8
 
@@ -53,7 +53,7 @@ def _fmt(errs: dict) -> str:
                      for k, v in errs.items())
 
 
-def probe_fp16(ws: Path, key: str, block_nodes: list[str]):
+def probe_fp16(ws: Path, key: str, block_nodes: list[str], fix_casts: bool = False):
     import onnx
     from onnxconverter_common import float16
 
@@ -76,6 +76,14 @@ def probe_fp16(ws: Path, key: str, block_nodes: list[str]):
     if bad_casts:
         print("Cast nodes whose 'to' disagrees with their output's value_info (onnxconverter-common #320):",
               ", ".join(bad_casts))
+    if fix_casts:   # the candidate fix: make each such Cast produce what its value_info says
+        for n in conv.graph.node:
+            if n.op_type == "Cast" and n.output[0] in vi:
+                for a in n.attribute:
+                    if a.name == "to" and a.i != vi[n.output[0]]:
+                        a.i = vi[n.output[0]]
+        onnx.shape_inference.infer_shapes(conv, check_type=True, strict_mode=True)
+        print("after --fix-casts: strict shape inference ok")
     out = Path(tempfile.mkdtemp()) / "fp16.onnx"
     onnx.save(conv, str(out))
     try:
@@ -148,6 +156,8 @@ def main(argv=None):
     f.add_argument("ws", type=Path)
     f.add_argument("--key", default="onnx")
     f.add_argument("--block-nodes", default="")
+    f.add_argument("--fix-casts", action="store_true",
+                   help="set each Cast's 'to' to its output's value_info type (a candidate fix for #320)")
     q = sub.add_parser("int8")
     q.add_argument("ws", type=Path)
     q.add_argument("--key", default="onnx")
@@ -156,7 +166,7 @@ def main(argv=None):
     p.add_argument("node")
     a = ap.parse_args(argv)
     if a.cmd == "fp16":
-        probe_fp16(a.ws, a.key, [n for n in a.block_nodes.split(",") if n])
+        probe_fp16(a.ws, a.key, [n for n in a.block_nodes.split(",") if n], a.fix_casts)
     elif a.cmd == "int8":
         probe_int8(a.ws, a.key)
     else:
