@@ -98,6 +98,7 @@ def repair(model) -> list[str]:
 
 # --------------------------------------------------------------------------- checks
 _NODE_PATTERNS = (
+    re.compile(r"Name: (\S+) OpType: (\w+)"),                # checker: Bad node spec for node. Name: n OpType: Op
     re.compile(r"node name: ([^)\]]+)\)"),                  # [ShapeInferenceError] (op_type:Gather, node name: n)
     re.compile(r'In Node, \("([^"]*)", (\w+)'),              # onnxruntime: In Node, ("n", Gather, "", -1)
     re.compile(r"of node \(([^)]*)\)"),                      # Type Error: ... of node (n) does not match
@@ -135,17 +136,16 @@ def check_file(path: str | Path, *, session: bool = True) -> None:
     from navigator.converters.onnx_io import model_size
 
     path = Path(path)
+    model = onnx.load(str(path), load_external_data=False)
+    unknown = unknown_ops(model)
+    if unknown:
+        node, op = unknown[0]
+        raise InvalidGraph(f"uses op {op}, which no ONNX opset defines ({len(unknown)} such node(s))", node, op)
     try:
         onnx.checker.check_model(str(path), full_check=True)
     except Exception as e:
         node, op = failing_node(str(e))
         raise InvalidGraph(f"the ONNX checker rejects the graph: {_first_line(e)}", node, op) from None
-    model = onnx.load(str(path), load_external_data=False)
-    unknown = unknown_ops(model)
-    if unknown:
-        node, op = unknown[0]
-        raise InvalidGraph(f"node {node!r} uses op {op}, which no ONNX opset defines "
-                           f"({len(unknown)} such node(s))", node, op)
     if not session or not deps.has("onnxruntime"):
         return
     if model_size(model) > SESSION_MAX_BYTES:

@@ -136,6 +136,82 @@ def postprocess(y):
 '''
 
 
+def scaled_mlp(scale: float = 1.0, constant: bool = False, seed: int = 4) -> onnx.ModelProto:
+    """x [batch, 8] -> tanh(x @ w1) @ w2 * scale: logits of a chosen magnitude (1e-9 for a near-zero
+    output, 30 for large logits). ``constant``: the output ignores x (0 * x + c), the same for every
+    input: a check of it cannot fail, whatever it compares."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 16)).astype(np.float32), "w1"),
+             numpy_helper.from_array((rng.standard_normal((16, 4)) * scale).astype(np.float32), "w2"),
+             numpy_helper.from_array(np.zeros((8, 4), np.float32), "zero"),
+             numpy_helper.from_array(rng.standard_normal((1, 4)).astype(np.float32), "c")]
+    if constant:
+        nodes = [helper.make_node("MatMul", ["x", "zero"], ["z"]),
+                 helper.make_node("Add", ["z", "c"], ["logits"])]
+    else:
+        nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Tanh", ["h"], ["t"]),
+                 helper.make_node("MatMul", ["t", "w2"], ["logits"])]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                  [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 4])], inits)
+
+
+def rope_positions(dim: int = 8) -> onnx.ModelProto:
+    """x [batch, seq, dim] + positions: int64 positions (Shape -> Range) cast to float by a node named as
+    torch's dynamo exporter names it (``node__to_copy_1``): onnxconverter-common 1.16 marks that Cast's
+    output fp16 while it still casts to fp32 (microsoft/onnxconverter-common#320, Llama's RoPE), so
+    the fp16 graph fails shape inference until the node is kept in fp32."""
+    freq = np.linspace(0.1, 1.0, dim, dtype=np.float32).reshape(1, dim)
+    inits = [numpy_helper.from_array(np.array(1, np.int64), "one"), numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array([1], np.int64), "ax"), numpy_helper.from_array(freq, "freq")]
+    nodes = [helper.make_node("Shape", ["x"], ["shp"], name="shape"),
+             helper.make_node("Gather", ["shp", "one"], ["seqlen"], name="seqlen", axis=0),
+             helper.make_node("Range", ["zero", "seqlen", "one"], ["pos"], name="range"),
+             helper.make_node("Cast", ["pos"], ["posf"], name="node__to_copy_1", to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["posf", "ax"], ["posu"], name="unsqueeze"),
+             helper.make_node("Mul", ["posu", "freq"], ["angles"], name="mul"),
+             helper.make_node("Sin", ["angles"], ["s"], name="sin"),
+             helper.make_node("Add", ["x", "s"], ["y"], name="add")]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", dim])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", dim])], inits)
+
+
+def erfc_gelu(features: int = 8, seed: int = 5) -> onnx.ModelProto:
+    """x @ w -> exact gelu written as tf2onnx writes Keras' gelu: 0.5 * x * Erfc(-x / sqrt 2). ``Erfc``
+    is no ONNX op: the ONNX checker and onnxruntime refuse this graph until it is repaired."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array(rng.standard_normal((features, features)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array(-1 / np.sqrt(2), np.float32), "k"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "half")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="matmul"),
+             helper.make_node("Mul", ["h", "k"], ["hk"], name="scale"),
+             helper.make_node("Erfc", ["hk"], ["e"], name="gelu/Erfc"),
+             helper.make_node("Mul", ["h", "e"], ["he"], name="mul"),
+             helper.make_node("Mul", ["he", "half"], ["y"], name="half")]
+    graph = helper.make_graph(nodes, "erfc", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", features])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", features])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="navigator-tests")
+    model.ir_version = 9
+    return model   # not checked: the checker refuses Erfc, which is the point
+
+
+def erf_gelu(features: int = 8, seed: int = 5) -> onnx.ModelProto:
+    """erfc_gelu's function in valid ONNX: x @ w -> 0.5 * h * (1 + Erf(h / sqrt 2)); the source whose
+    Erf a plugin edge rewrites with Erfc (tests/functional/plugin_converters.py, WritesErfc)."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array(rng.standard_normal((features, features)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array(1 / np.sqrt(2), np.float32), "k"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "half")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="matmul"),
+             helper.make_node("Mul", ["h", "k"], ["hk"], name="scale"),
+             helper.make_node("Erf", ["hk"], ["e"], name="gelu/Erf"),
+             helper.make_node("Add", ["e", "one"], ["e1"], name="plus_one"),
+             helper.make_node("Mul", ["h", "e1"], ["he"], name="mul"),
+             helper.make_node("Mul", ["he", "half"], ["y"], name="half")]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", features])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", features])], inits)
+
+
 def save(model: onnx.ModelProto, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(path))
@@ -143,7 +219,8 @@ def save(model: onnx.ModelProto, path: Path) -> Path:
 
 
 ALL = {"token_classifier": token_classifier, "topk_model": topk_model, "foldable_mlp": foldable_mlp,
-       "small_cnn": small_cnn}
+       "small_cnn": small_cnn, "scaled_mlp": scaled_mlp, "rope_positions": rope_positions, "erfc_gelu": erfc_gelu,
+       "erf_gelu": erf_gelu}
 
 if __name__ == "__main__":
     out = Path(sys.argv[1] if len(sys.argv) > 1 else ".")

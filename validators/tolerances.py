@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 # precision -> (atol as a factor of the output's scale, rtol, mismatch fraction allowed for integer outputs)
 TABLE: dict[str, tuple[float, float, float]] = {
-    "fp32": (1e-5, 1e-4, 0.0),
+    "fp32": (1e-4, 1e-4, 0.0),
     "tf32": (1e-3, 1e-3, 0.001),
     "fp16": (1e-2, 1e-2, 0.01),
     "bf16": (5e-2, 5e-2, 0.02),
@@ -40,9 +40,13 @@ TABLE: dict[str, tuple[float, float, float]] = {
 
 # Precisions whose float outputs are a lossy approximation, compared with ``quantized``:
 # precision -> largest relative L2 error per sample (||out - ref|| / ||ref||, one batch row).
+# Measured on the zoo (benchmarks/results/tolerance_study.md; static QDQ, minmax, Conv/MatMul/Gemm):
+# 11 transformers/CNNs 0.12-0.39 (median 0.16); broken quantizations (the attention mask quantized)
+# 1.5-2.5; chaotic randomly initialised deep CNNs 1.5-1.8; another input's output (the negative
+# control) ~1-1.4. 0.4 passes the first group and rejects the others.
 LOSSY: dict[str, float] = {
-    "int8": 0.15,
-    "fp8": 0.25,
+    "int8": 0.4,
+    "fp8": 0.5,
 }
 
 # fp32 on a GPU against the CPU reference: cuDNN/cuBLAS pick other algorithms and

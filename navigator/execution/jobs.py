@@ -33,6 +33,8 @@ class VerifySpec(Record):
     error_stat: str = "elemwise"
     batch_sizes: list[int] = field(default_factory=list)   # besides each sample's own batch size
     batch_dim: int | None = None
+    corners: list[str] = field(default_factory=list)       # samples at a profile corner: their own size only
+    static: bool = False                                   # static shapes: only samples shaped like the first
 
 
 @dataclass
@@ -78,6 +80,7 @@ class Task(Record):
     verify: VerifySpec | None = None
     profile: ProfileSpec | None = None
     reference_runner: RunnerTask | None = None                # kind reference
+    optional: list[str] = field(default_factory=list)         # kind reference: samples it may leave out
 
     _nested: ClassVar = {"convert": (ConvertSpec, "one"), "runners": (RunnerTask, "list"),
                          "verify": (VerifySpec, "one"), "profile": (ProfileSpec, "one"),
@@ -88,6 +91,7 @@ class Task(Record):
         task = Task.from_dict(json.loads(json.dumps(self.to_dict())))
         if task.verify is not None:
             task.verify.batch_sizes = []
+            task.verify.static = True
         if task.profile is not None:
             task.profile.settings["batch_sizes"] = [0]   # 0: the sample's own batch size
         return task

@@ -50,8 +50,9 @@ FORMATS: tuple[Format, ...] = (
         python_loader="aoti", python_packages=TORCH_PACKAGES,
         runner_classes={"aoti": "navigator.runners.torch:AotiRunner"}),
     Format(
-        "openvino", "model.xml", companions=("model.bin",), preference=4, tolerance_floor=(1e-3, 1e-3),
-        # OpenVINO's CPU plugin differs from onnxruntime by ~3e-4 (ENVIRONMENT.md)
+        # no tolerance floor: on the zoo's 22 models OpenVINO's fp32 errors are 0.5-1.7x onnxruntime's
+        # (benchmarks/results/tolerance_study.md); the scaled fp32 default covers both
+        "openvino", "model.xml", companions=("model.bin",), preference=4,
         runners={CPU: (RunnerSpec("openvino", CPU),), CUDA: ()},
         unverifiable={CUDA: "OpenVINO runs on the CPU here (its GPU plugin targets Intel GPUs)"},
         serving=Serving("openvino", "", "model.xml", devices=("cpu",)),

@@ -79,7 +79,7 @@ def _reference_from(ctx: RunContext, key: str) -> None:
     sig = ctx.status.signature
     options = {"inputs": [fs.io_names.get(n, n) for n in sig.input_names],
                "outputs": [fs.io_names.get(n, n) for n in sig.output_names], "precision": fs.precision}
-    task = reference_task(fs.path, RunnerTask.of(spec, **options), io_names=fs.io_names)
+    task = reference_task(ctx, fs.path, RunnerTask.of(spec, **options), io_names=fs.io_names)
     run_job(ctx, "reference", [task], ctx.ws.reference_worker_log, [])
     if not ctx.ws.reference_files():
         raise_reference_failed(ctx)
@@ -152,7 +152,7 @@ def run_item(ctx: RunContext, item, *, convert: bool = True, verify: bool = True
     tasks = [task]
     own_reference = ctx.config.reference in (None, ctx.source.key) and not reference_kept
     if item.converter is None and ctx.source.reference_runner and own_reference:
-        tasks.insert(0, reference_task(fs.path, ctx.source.reference_runner))
+        tasks.insert(0, reference_task(ctx, fs.path, ctx.source.reference_runner))
     run_tasks(ctx, item, tasks)
     if item.converter is None and verify and not ctx.ws.reference_files():
         raise_reference_failed(ctx)

@@ -88,9 +88,6 @@ def prepare(model: Any, samples: Any, config: NavigatorConfig, reporter) -> Prep
                                                                       source.index_bounds,
                                                                       (config.dtypes or {}).get(spec.name)))
                              for spec in sig.inputs}
-    info.count = len(batches)
-    info.shapes = [{k: list(v.shape) for k, v in b.items()} for b in batches]
-    info.sha256 = samples_mod.samples_sha256(batches)
     warnings: list[str] = []
     if config.shape_profiles:
         profiles = [dict(p) for p in config.shape_profiles]
@@ -105,13 +102,64 @@ def prepare(model: Any, samples: Any, config: NavigatorConfig, reporter) -> Prep
         profile, warnings = samples_mod.derive_profile(sig, batches, batch_dim=batch_dim,
                                                        max_batch_size=config.max_batch_size)
         profiles = [profile]
-    for w in warnings:
+    for w in warnings + list(source.notes):
         log.warning("%s", w)
         reporter.warn(w)
-    reference = source.complete(batches, batch_dim) if hasattr(source, "complete") else None
+    corners = _add_corners(batches, sig, profiles, batch_dim, source, config, info)
+    reference = None
+    if hasattr(source, "complete"):   # the reference is computed here (torch); a corner it refuses is dropped
+        reference, refused = source.complete(batches, batch_dim, corners=corners,
+                                             value_ranges=info.value_ranges or {})
+        drop_corners(batches, info, corners, refused, reporter)
+    _describe(info, batches, corners)
     _check_output_options(config, sig)
     return Prepared(ws=ws, source=source, batches=batches, batch_dim=batch_dim, profiles=profiles,
                     samples_info=info, warnings=warnings, reference=reference)
+
+
+def _add_corners(batches: list[dict], sig, profiles: list[dict], batch_dim, source, config, info) -> list[int]:
+    """Generated samples at each shape profile's min / max corner that the samples do not cover
+    (navigator.sources.samples.corner_shapes), appended to ``batches``; returns their indices."""
+    from navigator.sources import samples as samples_mod
+
+    shapes = samples_mod.corner_shapes(sig, profiles, batches, batch_dim)
+    corners = []
+    for k, shape in enumerate(shapes):
+        (batch,) = samples_mod.generate(sig, shapes=[shape], count=1, value_ranges=config.value_ranges,
+                                        dtypes=config.dtypes, bounds=source.index_bounds, batch_dim=batch_dim,
+                                        seed=(config.seed or 0) + 1000 + k)
+        corners.append(len(batches))
+        batches.append(batch)
+    if corners and not info.value_ranges:   # what the corners were generated in
+        info.value_ranges = {spec.name: list(samples_mod.value_range(spec, config.value_ranges or {},
+                                                                      source.index_bounds,
+                                                                      (config.dtypes or {}).get(spec.name)))
+                             for spec in sig.inputs}
+    if corners:
+        log.info("samples at the shape profiles' corners: %s",
+                 ", ".join(str({n: list(a.shape) for n, a in batches[i].items()}) for i in corners))
+    return corners
+
+
+def drop_corners(batches: list[dict], info: SamplesInfo, corners: list[int], refused: dict[int, str],
+                 reporter) -> None:
+    """Take the corner samples the model refused out of ``batches`` / ``corners`` (in place), saying why."""
+    for i in sorted(refused, reverse=True):
+        shapes = {n: list(a.shape) for n, a in batches[i].items()}
+        why = f"the model does not run at the profile corner {shapes}: {refused[i]}; it is left out of verification"
+        log.warning("%s", why)
+        reporter.warn(why)
+        del batches[i]
+        corners[:] = [c if c < i else c - 1 for c in corners if c != i]
+
+
+def _describe(info: SamplesInfo, batches: list[dict], corners: list[int]) -> None:
+    from navigator.sources import samples as samples_mod
+
+    info.count = len(batches)
+    info.shapes = [{k: list(v.shape) for k, v in b.items()} for b in batches]
+    info.corners = list(corners)
+    info.sha256 = samples_mod.samples_sha256(batches)
 
 
 def _inside(profile: dict, batch: dict) -> bool:

@@ -70,6 +70,7 @@ class Source:
     index_bounds: dict = field(default_factory=dict)
     isolated: bool = True          # False when exported in the calling process
     reference_runner: Any = None           # RunnerTask computing the reference (None: computed in this process)
+    notes: list = field(default_factory=list)   # what opening the source decided for the user (shown as warnings)
     digest: str | None = field(default=None, repr=False, compare=False)   # sha256(), computed once
 
     def sha256(self) -> str | None:
