@@ -109,7 +109,7 @@ def table(rows: list[dict]) -> list[str]:
 
 def worst(rows: list[dict], precision: str, n: int = 12, by: str = "atol_over_scale") -> list[str]:
     sel = sorted((r for r in rows if r["precision"] == precision and r[by] is not None), key=lambda r: -r[by])[:n]
-    lines = [f"| model | format | runner | output | scale | max abs | atol/scale | relL2 |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | format | runner | output | scale | max abs | atol/scale | relL2 |", "|---|---|---|---|---|---|---|---|"]
     for r in sel:
         lines.append(f"| {r['model']} | {r['key']} | {r['runner']} | {r['output']} | {r['scale']:.3g} | "
                      f"{r['max_abs']:.3g} | {r['atol_over_scale']:.2e} | {r['rel_l2']:.3f} |")
