@@ -85,6 +85,7 @@ class VerifyStep(Record):
     outputs: dict[str, OutputCheck] = field(default_factory=dict)
     load_s: float | None = None        # loading the runner (and compiling, for torch_compile)
     inputs_sha256: str | None = None   # what the verdict depends on: a re-run with the same reuses it
+    outputs_sha256: str | None = None  # of the outputs it stored: reused only while they are unchanged (v2)
     log: str | None = None
 
     _nested: ClassVar = {"outputs": (OutputCheck, "dict")}
@@ -166,6 +167,7 @@ class SamplesInfo(Record):
     corners: list[int] = field(default_factory=list)   # stored batches at a shape profile's min / max (v2)
     sha256: str | None = None
     reference: dict | None = None      # {key, runner[, options]}: where the reference outputs came from
+    reference_sha256: str | None = None   # of the stored reference files: a resumed run reuses only these (v2)
 
 
 @dataclass

@@ -138,6 +138,7 @@ def run(workspace, opts: ServingOptions, reporter=None) -> int:
     t0 = time.monotonic()
     ws = Workspace.find(workspace)
     with WorkspaceLock(ws.lock_path):
+        ws.check_no_links()
         st = status_mod.load(ws.status_path)
         final = ws.serving_dir
         out = ws.serving_partial_dir     # becomes serving/ when the run ends with a result

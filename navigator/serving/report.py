@@ -190,6 +190,7 @@ def write(ws, st, *, html_too: bool = False) -> Path:
     """(Re)write ``WS/report/summary.md`` (and ``summary.html``); returns the Markdown path."""
     from navigator.workspace.atomic import write_text
 
+    ws.check_no_links()
     folder = ws.report_dir
     folder.mkdir(parents=True, exist_ok=True)
     items = blocks(ws, st)

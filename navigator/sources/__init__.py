@@ -22,12 +22,17 @@ from navigator.sources.onnx import ONNX_SUFFIXES, open_onnx
 from navigator.sources.tensorflow import open_saved_model, open_tf_object
 from navigator.sources.torch import open_torch, open_torch_file
 
-__all__ = ["Source", "open_source"]
+__all__ = ["Source", "open_source", "is_factory_spec"]
+
+
+def is_factory_spec(model: Any) -> bool:
+    """``path/to/file.py:factory``: a PyTorch factory named on the command line or to the API."""
+    return isinstance(model, str) and ":" in model and model.rpartition(":")[0].endswith(".py")
 
 
 def open_source(model: Any, model_format: str | None = None, signature_name: str | None = None) -> Source:
     """Recognise the model: a path (ONNX file, ...) or a live framework object."""
-    if isinstance(model, str) and ":" in model and model.rpartition(":")[0].endswith(".py"):
+    if is_factory_spec(model):
         from navigator import deps
         from navigator.sources import torch_support
 
