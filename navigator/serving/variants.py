@@ -78,6 +78,26 @@ def write(path: Path, cfg) -> str:
     return text
 
 
+def check_apply(path: Path, space) -> None:
+    """Before any measurement: whatever the search chooses can be written into ``path``
+    (an ensemble's target goes through :mod:`navigator.serving.ensemble` instead)."""
+    import os
+
+    base = load_config(path)
+    if base.platform == "ensemble":
+        raise UserInputError(f"--apply: {path} is an ensemble; its step models carry the instance groups")
+    sizes = [b for b in space.max_batch_sizes if b] if space is not None else []
+    if base.max_batch_size == 0 and sizes:
+        raise UserInputError(f"--apply: {path} does not batch (max_batch_size 0), but the search varies the max "
+                             f"batch size ({', '.join(map(str, sizes))})")
+    if base.max_batch_size and sizes and max(sizes) > base.max_batch_size and \
+            backends.fixed_batch(base.backend, base.platform):
+        raise UserInputError(f"--apply: the engine in {path.parent} was built for batches up to "
+                             f"{base.max_batch_size}; the search goes up to {max(sizes)}")
+    if not os.access(path.parent, os.W_OK):
+        raise UserInputError(f"--apply: {path.parent} is not writable")
+
+
 def apply(repo: Path, model: str, cand: Candidate, *, preferred: list[int]) -> Path:
     """``--apply``: the chosen instance count, max batch size and dynamic batching into
     ``repo/model/config.pbtxt``, everything else in it kept; written atomically (temp

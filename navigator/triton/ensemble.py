@@ -111,7 +111,7 @@ def probe(fn: Callable, feeds: dict, flag: str) -> dict:
 
 
 # --------------------------------------------------------------------------- examples and dims
-def _batches(value: Any, flag: str) -> list[dict]:
+def example_batches(value: Any, flag: str) -> list[dict]:
     """``example_inputs()``'s result: one batch ``{name: array}`` or a list of them."""
     import numpy as np
 
@@ -215,7 +215,7 @@ def plan(core: ModelPlan, *, name: str, preprocess: str | None, postprocess: str
                 value = module.example_inputs()
             except Exception as e:
                 raise UserInputError(f"{flag}: example_inputs() raised {type(e).__name__}: {e}") from None
-            examples = _batches(value, flag)
+            examples = example_batches(value, flag)
         if not examples:
             raise UserInputError(f"{flag}: no example to probe it with (no stored sample, no example_inputs())")
         taken = parameters(fn, list(examples[0]), flag, "example inputs")
