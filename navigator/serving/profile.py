@@ -2,18 +2,23 @@
 server, measure configurations over a concurrency sweep, search, report, hand off.
 
 1. The format (``--format``, default the workspace's best) is emitted into a private
-   scratch repository, ``WS/serving/repo/`` (the user's repository is not touched).
+   scratch repository, ``WS/serving/repo/`` (the user's repository is not touched); when
+   the user's repository holds the model as an ensemble, the ensemble and its steps are
+   copied there instead (:mod:`navigator.serving.ensemble`) and measured end to end.
 2. A local ``tritonserver`` (:mod:`navigator.triton.server`, explicit model control)
-   serves it. Each configuration of the search is a config.pbtxt variant written
-   into the scratch repository and (re)loaded through the repository API.
+   serves it. Each configuration of the search is a config.pbtxt variant (of an
+   ensemble's searched step, ``--step``; ``auto``: the busiest in a probe) written into
+   the scratch repository and (re)loaded through the repository API.
 3. Each configuration is measured over the concurrency sweep by the real
    ``perf_analyzer`` when it is there (``--perf-analyzer auto|on|off``) or by our
    load generator; both write the same record.
-4. ``--search brute|quick`` within ``--budget-s`` (server start included); the
+4. ``--search brute|quick`` within ``--budget-s``, which bounds the measuring: the
+   scratch repository, the server's start and every load are setup (``setup_s``); the
    ranking follows ``--objective`` under ``--max-p99-ms`` / ``--min-throughput``.
 5. Everything goes to ``WS/serving/`` (tables, chosen config, plots, hand-off) and
    ``status.yaml``'s ``serving:``; ``WS/report/summary.md`` is rewritten;
-   ``--apply [REPO]`` writes the chosen settings into the user's repository.
+   ``--apply [REPO]`` writes the chosen settings into the user's repository (checked
+   before measuring, written before ``serving/`` is replaced).
 
 Exit 0 when a configuration was chosen; 1 (one ``error:`` line) when none met the
 constraints or none could be measured; 2 for bad input.
@@ -31,7 +36,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from navigator.errors import NavigatorError, UserInputError
-from navigator.triton import backends
 from navigator.serving.outputs import backend_of, build_record, gpu_memory_mb, write_outputs
 from navigator.serving import search as search_mod
 from navigator.serving.measure import LAST, MAX_WINDOWS, Measurement, concurrency_range
@@ -280,39 +284,9 @@ def _space(r: ServingRun, step: str | None = None) -> Space:
     """The configurations of the searched step (``step`` overrides it, for checking only)."""
     from navigator.serving import variants
 
-    opts = r.opts
     base = r.base if step is None else variants.load_config(r.scratch / step / "config.pbtxt")
     role = r.target.roles[step or r.step] if r.target is not None else "model"
-    cores = os.cpu_count() or 1
-    instances = tuple(sorted(set(opts.instance_counts))) if opts.instance_counts else \
-        tuple(range(1, min(4, cores) + 1))
-    if role != "model":      # a Python step: its instance count (model.py runs one request at a time)
-        if opts.max_batch_sizes or opts.queue_delays_us:
-            raise UserInputError(f"--max-batch-sizes/--queue-delays-us: the searched step {step or r.step} ({role}) "
-                                 "is searched by its instance count only")
-        delay = base.dynamic_batching.max_queue_delay_microseconds if base.HasField("dynamic_batching") else None
-        return Space(instances, (base.max_batch_size,), (delay,))
-    if base.max_batch_size == 0:
-        if opts.max_batch_sizes and any(opts.max_batch_sizes):
-            raise UserInputError(f"--max-batch-sizes: {base.name} does not batch (max_batch_size 0)")
-        return Space(instances, (0,), (None,))
-    if opts.max_batch_sizes:
-        sizes = tuple(sorted(set(opts.max_batch_sizes)))
-        if 0 in sizes:
-            raise UserInputError("--max-batch-sizes: 0 turns batching off; give sizes >= 1")
-        if backends.fixed_batch(base.backend, base.platform) and max(sizes) > base.max_batch_size:
-            raise UserInputError(f"--max-batch-sizes {max(sizes)}: the engine of {r.key} was built for batches "
-                                 f"up to {base.max_batch_size}")
-    else:
-        sizes, b = [], 1
-        while b < base.max_batch_size:
-            sizes.append(b)
-            b *= 2
-        sizes.append(base.max_batch_size)
-        sizes = tuple(sizes)
-    delays = opts.queue_delays_us if opts.queue_delays_us else (0,)
-    delays = tuple(sorted(set(delays), key=lambda d: (d is not None, d or 0)))   # none first, then ascending
-    return Space(instances, sizes, delays)
+    return variants.space(base, role, r.opts, key=r.key)
 
 
 def _choose_tool(r: ServingRun, reporter) -> None:

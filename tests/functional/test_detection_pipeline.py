@@ -171,6 +171,8 @@ def test_profile_measures_the_ensemble_and_applies_to_the_busiest_step(workspace
     assert ensemble_rules.check(configs[MODEL], {n: configs[n] for n in STEPS}) == []
     script = (workspace / "serving" / "perf_analyzer.sh").read_text()
     assert f"-m {MODEL}" in script and f"<repository>/{ens['searched']}/config.pbtxt" in script
+    summary = (workspace / "report" / "summary.md").read_text()
+    assert f"Ensemble **{MODEL}** measured end to end" in summary and f"**{ens['searched']}**" in summary
     entry = json.loads((workspace / "serving" / "perf_input.json").read_text())["data"][0]["image"]
     assert entry["shape"][2] == 3 and len(entry["shape"]) == 3      # raw HWC images, as clients send them
 
