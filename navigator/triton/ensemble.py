@@ -161,8 +161,8 @@ def derive_dims(arrays: list, batching: bool, like: list[int] | None = None) -> 
         return [1], []
     several = len(shapes) > 1
     dims = [s if several and all(sh[i] == s for sh in shapes) else -1 for i, s in enumerate(shapes[0])]
-    if like is not None and len(like) == len(dims):
-        dims = [shapes[0][i] if d > 0 else dims[i] for i, d in enumerate(like)]
+    if like is not None and len(like) == len(dims):   # a size the model does not take wins: it is refused
+        dims = [next((sh[i] for sh in shapes if sh[i] != d), d) if d > 0 else dims[i] for i, d in enumerate(like)]
     return dims, None
 
 

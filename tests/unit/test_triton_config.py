@@ -259,6 +259,7 @@ def test_pre_to_post_edges_are_checked_as_data_flow():
     ([(2, 20, 4)], True, None, [-1, -1], None),                            # one example: nothing is known
     ([(2, 3, 128, 128)], True, [3, 128, 128], [3, 128, 128], None),        # the model fixes them
     ([(2, 3, 64, 64), (1, 3, 32, 32)], True, [3, -1, -1], [3, -1, -1], None),
+    ([(2, 3, 128, 128), (1, 3, 96, 128)], True, [3, 128, 128], [3, 96, 128], None),   # 96: the rules refuse it
     ([(2,), (5,)], True, None, [1], []),                                   # a per-row scalar
     ([(4, 8), (4, 8)], False, None, [4, 8], None),                         # no batching: full shapes
 ])
