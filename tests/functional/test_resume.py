@@ -79,6 +79,33 @@ print("process_starts", r.timings["process_starts"], "ok", r.ok)
 """
 
 
+def test_deferred_profiles_are_measured_by_the_next_run(tmp_path, onnx_model):
+    """pipeline.run(defer_profiles=True) (convert-many's build phase) converts and verifies but
+    leaves each profile to the next run, which reuses the conversions and measures; deferring
+    again keeps the profiles that are still valid (unlike --no-profile, which drops them)."""
+    from navigator import pipeline
+    from navigator.config import from_mapping
+    from navigator.console import Reporter
+    from navigator.pipeline.execute import DEFERRED
+
+    model = onnx_model("foldable_mlp")
+    config = from_mapping({"workdir": str(tmp_path), "targets": ["onnx", "onnx-optimized"], **FAST})
+    built = pipeline.run(str(model), None, config, Reporter("quiet"), defer_profiles=True)
+    assert built.exit_code == 0 and built.timings["process_starts"] == 2
+    runners = [rs for fs in built.status.formats.values() for rs in fs.runners.values()]
+    assert all(rs.verify.status == "ok" and rs.profile.status == "skipped" and rs.profile.reason == DEFERRED
+               for rs in runners)
+    assert built.status.config["no_profile"] is False
+    measured = navigator.convert(model, workdir=tmp_path, targets=["onnx", "onnx-optimized"], **FAST)
+    assert measured.ok and measured.best.basis == "profile"
+    for key, fs in measured.status.formats.items():
+        assert fs.convert.inputs_sha256 == built.status.formats[key].convert.inputs_sha256
+        assert all(rs.profile.status == "ok" for rs in fs.runners.values())
+    kept = pipeline.run(str(model), None, config, Reporter("quiet"), defer_profiles=True)
+    assert kept.timings["process_starts"] == 0 and kept.status.best == measured.best
+    assert _hashes(kept) == _hashes(measured)
+
+
 def test_sigkill_then_resume(tmp_path, onnx_model):
     """SIGKILL while a conversion runs: status.yaml stays readable (state running), the
     worker dies with its parent, and the next run reuses what was finished."""
