@@ -367,13 +367,22 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
     return result
 
 
-def read_yaml(path: str | os.PathLike, source: str):
-    """A YAML file's content, every way of failing to read it one line naming ``source``."""
+def read_yaml(path: str | os.PathLike, source: str, *, aliases: bool = True):
+    """A YAML file's content, every way of failing to read it one line naming ``source``.
+    ``aliases=False`` refuses ``*name`` references (checked on the event stream before
+    loading): a few nested aliases expand into gigabytes (the "billion laughs"), and a
+    file meant for many runs, such as a convert-many manifest, has ``defaults:`` instead."""
     import yaml
 
     p = Path(path)
     try:
-        return yaml.safe_load(p.read_text(encoding="utf-8"))
+        text = p.read_text(encoding="utf-8")
+        if not aliases:
+            for event in yaml.parse(text, Loader=yaml.SafeLoader):
+                if isinstance(event, yaml.AliasEvent):
+                    raise UserInputError(f"{source}: line {event.start_mark.line + 1}: YAML aliases (*{event.anchor}) "
+                                         "are not allowed here; write the values out (or use defaults:)")
+        return yaml.safe_load(text)
     except FileNotFoundError:
         raise UserInputError(f"{source}: no such file") from None
     except IsADirectoryError:

@@ -73,6 +73,17 @@ class Workspace:
                 raise UserInputError(f"{p} holds {len(found)} workspaces ({names}); name one of them")
         raise UserInputError(f"{p}: not a Navigator workspace (no status.yaml) nor a workdir holding one")
 
+    @classmethod
+    def find_all(cls, path: str | os.PathLike) -> list["Workspace"]:
+        """Every workspace ``path`` names: itself when it is one, else each workspace with a
+        status.yaml in that workdir, by name (none: the error :meth:`find` gives)."""
+        p = Path(path)
+        if p.is_dir() and not (p / "status.yaml").is_file():
+            found = sorted(c for c in p.iterdir() if c.name.endswith(SUFFIX) and (c / "status.yaml").is_file())
+            if found:
+                return [cls(c.resolve()) for c in found]
+        return [cls.find(p)]
+
     @property
     def name(self) -> str:
         return self.root.name[: -len(SUFFIX)] if self.root.name.endswith(SUFFIX) else self.root.name
@@ -118,6 +129,11 @@ class Workspace:
     def serving_partial_dir(self) -> Path:
         """Where a serving profile writes until it ends with a result (then renamed to serving/)."""
         return self.root / ".serving.partial"
+
+    @property
+    def placement_path(self) -> Path:
+        """``placement.yaml``: where each step ran and every attempt (``navigator convert-many``)."""
+        return self.root / "placement.yaml"
 
     @property
     def gate_report(self) -> Path:
