@@ -174,6 +174,20 @@ class Workspace:
     def scratch_dirs(self, *, keep: bool) -> list[Path]:
         return [self.jobs_dir] if keep else [self.formats_dir, self.samples_dir, self.jobs_dir, self.report_dir]
 
+    def stale_partial_files(self) -> list[Path]:
+        """Files that a writer killed mid-write left behind: the hidden temp files of atomic writes
+        (``.<name>.<random>.tmp``, navigator.workspace.atomic) and copies in progress (``<name>.part``),
+        in the workspace's own folder and below formats/ and samples/. Garbage whenever no run holds
+        the workspace lock (a worker stopped by Ctrl-C or SIGKILL gets no chance to remove them)."""
+        def partial(p: Path) -> bool:
+            return p.is_file() and (p.name.startswith(".") and p.name.endswith(".tmp") or p.name.endswith(".part"))
+
+        found = [p for p in self.root.glob("*") if partial(p)] if self.root.is_dir() else []
+        for folder in (self.formats_dir, self.samples_dir):
+            if folder.is_dir():
+                found += [p for p in folder.rglob("*") if partial(p)]
+        return sorted(found)
+
     def job_file(self, name: str) -> Path:
         return self.jobs_dir / f"{name}.json"
 

@@ -106,6 +106,30 @@ def test_deferred_profiles_are_measured_by_the_next_run(tmp_path, onnx_model):
     assert _hashes(kept) == _hashes(measured)
 
 
+def test_resume_removes_what_killed_writers_left(tmp_path, onnx_model):
+    """A worker stopped by Ctrl-C or SIGKILL in the middle of an atomic write leaves its hidden temp
+    file (and a copy its .part): the next run, holding the lock, removes them, so an interrupted and
+    resumed workspace holds the same files as one never interrupted."""
+    model = onnx_model("foldable_mlp")
+    first = navigator.convert(model, workdir=tmp_path, targets=["onnx"], **FAST)
+    ws = first.workspace
+    files = sorted(p.relative_to(ws) for p in ws.rglob("*") if p.is_file() and p.parts[-2] != "jobs")
+    stale = [ws / "samples" / "reference" / ".000.npz.k3j2a9.tmp", ws / ".status.yaml.x1y2z3.tmp",
+             ws / "formats" / "onnx" / "outputs" / "onnxruntime-cpu" / ".000-bs1.npz.q8w7e6.tmp",
+             ws / "formats" / "onnx" / "model.onnx.part"]
+    for p in stale:
+        p.write_bytes(b"half")
+    keep = ws / "formats" / "onnx" / "notes.tmp"            # not one of ours: left alone
+    keep.write_text("mine")
+    from navigator.workspace.layout import Workspace
+
+    assert Workspace(ws).stale_partial_files() == sorted(stale)
+    again = navigator.convert(model, workdir=tmp_path, targets=["onnx"], **FAST)
+    assert again.ok and not any(p.exists() for p in stale) and keep.read_text() == "mine"
+    keep.unlink()
+    assert sorted(p.relative_to(ws) for p in ws.rglob("*") if p.is_file() and p.parts[-2] != "jobs") == files
+
+
 def test_sigkill_then_resume(tmp_path, onnx_model):
     """SIGKILL while a conversion runs: status.yaml stays readable (state running), the
     worker dies with its parent, and the next run reuses what was finished."""
