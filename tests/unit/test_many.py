@@ -219,3 +219,23 @@ def test_the_readme_manifest_is_valid(tmp_path):
     a, m, big = load_manifest(tmp_path / "zoo.yaml").models
     assert (a.name, m.name, big.name) == ("a", "m", "big") and m.config.atol == {"": 1e-3}
     assert big.resources == Resources(cpus=1.0, gpus=1.0, accelerator_type="H100")
+
+
+def test_a_node_that_cannot_see_the_workdir_or_runs_another_navigator_says_so(tmp_path):
+    """The check each task makes before it starts (navigator.many.node._check_node)."""
+    from navigator._version import __version__
+    from navigator.many.node import _check_node, run_phase
+
+    token = tmp_path / ".convert-many-r1.token"
+    token.write_text("r1")
+    where = {"node": "0123456789abcdef", "host": "gpu-7"}
+    request = {"workdir": str(tmp_path), "navigator_version": __version__, "token": {"path": str(token), "value": "r1"}}
+    assert _check_node(request, where) is None
+    other = {**request, "token": {"path": str(tmp_path / "elsewhere.token"), "value": "r1"}}
+    assert "is not visible on node 0123456789ab (gpu-7)" in _check_node(other, where)
+    stale = {**request, "token": {"path": str(token), "value": "r2"}}      # another run's token
+    assert "not visible" in _check_node(stale, where)
+    assert "has navigator" in _check_node({**request, "navigator_version": "0.0.1"}, where)
+    out = run_phase({**other, "name": "m", "phase": "full", "attempt": 1, "run_id": "r1"}, where=where)
+    assert (out["status"], out["exit_code"]) == ("error", 2) and "not visible" in out["message"]
+    assert not (tmp_path / "m.nav.workspace").exists()      # nothing written where it could not see
