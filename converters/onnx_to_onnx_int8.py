@@ -5,6 +5,20 @@ The defaults make a graph TensorRT builds as an explicitly quantized engine
 (onnx-int8 -> tensorrt-int8): QDQ format, symmetric int8 activations and
 weights, weights per channel, biases left in fp32 (TensorRT rejects the int32
 DequantizeLinear that a quantized bias needs: measured with TensorRT-RTX 1.7).
+
+**Which nodes are quantized** (the rule for accuracy-critical arithmetic): only the
+compute-heavy ops, ``Conv``, ``MatMul`` and ``Gemm``, and every other op stays in
+float. Quantizing every op type put Q/DQ pairs on the additive attention mask
+(float32 min: a scale of 2.7e36, every attention score rounded to 0 or -3.4e38, BERT's
+logits off by 93% of their scale), on T5's relative-position buckets (log(0) = -inf
+through Q/DQ became NaN, then INT64_MIN as an index) and on detection heads' anchor
+arithmetic (benchmarks/results/zoo_cpu.md, F1/F2); with the compute ops alone the same
+models stay within 4-14% of the output scale. ``op_types_to_quantize`` widens it.
+
+**This CPU.** onnxruntime's u8s8 int8 kernels can saturate on x86 CPUs without VNNI
+(AVX2 only), as its quantization docs say: there ``reduce_range`` (7-bit weights) is
+used unless the parameter says otherwise, and the choice is recorded in the exporter
+line. TensorRT ignores it beyond the scales it produces.
 """
 
 from __future__ import annotations
@@ -24,9 +38,10 @@ class OnnxInt8Params:
     calibrate_method: str = "minmax"      # minmax | entropy | percentile
     symmetric_activations: bool = True    # zero point 0: what TensorRT supports
     quantize_bias: bool = False           # int32 bias DQ: TensorRT cannot parse it
-    op_types_to_quantize: tuple = ()      # () = every op type onnxruntime quantizes
+    op_types_to_quantize: tuple = ("Conv", "MatMul", "Gemm")   # () = every op type onnxruntime quantizes
     nodes_to_exclude: tuple = ()          # node names kept in fp32
     max_calibration_batches: int | None = None   # None = every stored batch
+    reduce_range: bool | None = None      # 7-bit weights; None = on x86 CPUs without VNNI (see the docstring)
 
     def __post_init__(self):
         if self.calibrate_method not in CALIBRATION_METHODS:
@@ -56,6 +71,23 @@ def calibration_batches(samples_dir, input_names: list[str], limit: int | None =
             raise UserInputError(f"sample {path.name} has no input {missing[0]!r} for int8 calibration")
         batches.append({n: sample[n] for n in input_names})
     return batches
+
+
+def cpu_has_vnni() -> bool | None:
+    """True when this x86 CPU has VNNI (AVX-512 VNNI, AVX-VNNI or AMX int8), False when it is an x86
+    CPU without, None when it cannot tell (not Linux x86: the question does not apply)."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64", "i686", "x86"):
+        return None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
+    except OSError:
+        return None
+    if flags is None:
+        return None
+    return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & set(flags))
 
 
 @register
@@ -92,23 +124,27 @@ class OnnxToOnnxInt8(Converter):
 
         large = model_size(model) > TWO_GB      # counts external tensors by their recorded length
         ctx.output.parent.mkdir(parents=True, exist_ok=True)
+        reduce_range = p.reduce_range if p.reduce_range is not None else cpu_has_vnni() is False
         quantize_static(
             str(ctx.source), str(ctx.output), Reader(), quant_format=QuantFormat.QDQ, per_channel=p.per_channel,
             activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
             op_types_to_quantize=list(p.op_types_to_quantize) or None,
             nodes_to_exclude=list(p.nodes_to_exclude) or None, use_external_data_format=large,
             calibrate_method=getattr(CalibrationMethod, CALIBRATION_METHODS[p.calibrate_method]),
-            calibration_providers=["CPUExecutionProvider"],
+            calibration_providers=["CPUExecutionProvider"], reduce_range=reduce_range,
             extra_options={"ActivationSymmetric": p.symmetric_activations, "WeightSymmetric": True,
                            "QuantizeBias": p.quantize_bias})
         out = onnx.load(str(ctx.output), load_external_data=False)
         qdq = sum(1 for n in out.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear"))
         if qdq == 0:
             raise RuntimeError("static quantization inserted no Q/DQ node: no op of the graph was quantized")
-        ctx.log.info("int8: %d Q/DQ nodes, calibrated on %d batches (%s, per_channel=%s)", qdq, len(batches),
-                     p.calibrate_method, p.per_channel)
+        ctx.log.info("int8: %d Q/DQ nodes, calibrated on %d batches (%s, per_channel=%s, reduce_range=%s, ops %s)",
+                     qdq, len(batches), p.calibrate_method, p.per_channel, reduce_range,
+                     ", ".join(p.op_types_to_quantize) or "all")
         onnx.checker.check_model(str(ctx.output))
-        return ConvertOutcome(exporter=f"onnxruntime {onnxruntime.__version__} quantize_static")
+        why = " (this CPU has no VNNI)" if reduce_range and p.reduce_range is None else ""
+        return ConvertOutcome(exporter=f"onnxruntime {onnxruntime.__version__} quantize_static, ops "
+                                       f"{'/'.join(p.op_types_to_quantize) or 'all'}, reduce_range={reduce_range}{why}")
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-ICONS = {"ok": "✅", "failed": "❌", "skipped": "⏭️ "}
-PLAIN = {"ok": "[ok]", "failed": "[FAILED]", "skipped": "[skipped]"}
+ICONS = {"ok": "✅", "failed": "❌", "skipped": "⏭️ ", "inconclusive": "❔"}
+PLAIN = {"ok": "[ok]", "failed": "[FAILED]", "skipped": "[skipped]", "inconclusive": "[INCONCLUSIVE]"}
 
 
 class Reporter:
@@ -64,7 +64,7 @@ class Reporter:
         if stage == "profile" and status == "ok" and result.get("results"):
             peak = max(result["results"], key=lambda r: r["throughput"])
             line += f": {peak['throughput']:.1f}/s at batch {peak['batch_size']}"
-        self._print(line, {"ok": None, "failed": "red", "skipped": "yellow"}.get(status))
+        self._print(line, {"ok": None, "failed": "red", "skipped": "yellow", "inconclusive": "yellow"}.get(status))
 
     def table(self, title: str, headers: list[str], rows: list[list[str]]) -> None:
         """A table: rich on a TTY, aligned plain columns otherwise (the title only there)."""
@@ -100,7 +100,7 @@ class Reporter:
             if fs.convert.status == "skipped":
                 self.warn(f"{key} skipped: {fs.convert.reason}")
         for f in failures:
-            self._print(f"failed: {f}", "red")
+            self._print(f"{'not verified' if ': verification inconclusive: ' in f else 'failed'}: {f}", "red")
         if timings and "total_s" in timings:
             self._print(f"done in {timings['total_s']:.1f} s ({timings.get('process_starts', 0)} worker processes)")
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Mapping, NoReturn
 
 from navigator.errors import UserInputError
+from navigator.validators.tolerances import MODES
 
 __all__ = [
     "ALL_OUTPUTS",
@@ -81,14 +82,8 @@ DTYPE_ALIASES: dict[str, str] = {
     "double": "float64",
 }
 
-# mode -> (value required?, low, high); value None means "no value allowed".
-COMPARE_MODES: dict[str, tuple[float, float] | None] = {
-    "tolerance": None,
-    "exact": None,
-    "skip": None,
-    "mismatch_fraction": (0.0, 1.0),
-    "cosine": (-1.0, 1.0),
-}
+# mode -> (low, high) of its value; None means "no value allowed" (validators.tolerances.MODES).
+COMPARE_MODES: dict[str, tuple[float, float] | None] = MODES
 
 _USAGE = {
     "shapes": "expected NAME:DxDx..., e.g. input:1x3x224x224",
@@ -96,7 +91,7 @@ _USAGE = {
     "dtypes": "expected NAME:DTYPE, e.g. ids:int32,x:float16",
     "compare": (
         "expected NAME:MODE[=VALUE], e.g. logits:tolerance,idx:mismatch_fraction=0.01; "
-        "modes: tolerance, exact, skip, mismatch_fraction=F, cosine=F"
+        "modes: tolerance, exact, skip, mismatch_fraction=F, cosine=F, quantized=F"
     ),
     "tolerance": "expected NUMBER or NAME:NUMBER, e.g. 1e-4,logits:1e-3",
     "batch_sizes": "expected positive integers, e.g. 1,2,4",

@@ -5,6 +5,13 @@ Every output is checked and every failure collected before deciding; one
 smallest atol that passes at the given rtol and the smallest rtol that passes
 at the given atol. ``tolerance`` mode goes through Polygraphy's comparator
 (``SimpleCompareFunc``), so the verdict is Polygraphy's rule exactly.
+
+**A verdict must be able to fail.** Beside each comparison the same rule is
+applied to candidates that must fail (:mod:`navigator.validators.controls`:
+another input's reference, a zero tensor). An output whose checks accepted a
+wrong candidate in every comparison could not tell right from wrong on this
+data: it is ``conclusive: false`` and its format's verification is
+``inconclusive``, with the reason and the cure, never ``ok``.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import logging
 import math
 import sys
 
+from navigator.validators import controls
 from navigator.validators.tolerances import OutputRule
 from navigator.workspace.status import OutputCheck
 
@@ -28,24 +36,31 @@ def _fmt(value) -> str:
 
 
 class Accumulator:
-    """Folds the comparisons of one output over several samples and batch sizes."""
+    """Folds the comparisons of one output over several samples and batch sizes, each with
+    its negative controls. ``batch_dim``: rows of the ``quantized`` mode (None: the whole
+    tensor is one sample)."""
 
-    def __init__(self, name: str, rule: OutputRule):
+    def __init__(self, name: str, rule: OutputRule, *, batch_dim: int | None = 0, scale: float | None = None):
         self.name = name
         self.rule = rule
+        self.batch_dim = batch_dim
         self.check = OutputCheck(mode=rule.mode, passed=True, atol=rule.atol, rtol=rule.rtol,
-                                 threshold=rule.threshold)
+                                 threshold=rule.threshold, scale=scale)
         if rule.mode in ("tolerance",):
             self.check.max_abs = self.check.max_rel = self.check.min_atol = self.check.min_rtol = 0.0
         self._mismatch = [0, 0]
         self._cosine: float | None = None
+        self._controls = controls.Tally()
 
     def fail(self, reason: str) -> None:
         self.check.passed = False
         if not self.check.reason:
             self.check.reason = reason
 
-    def add(self, out, ref, *, allow_nan: bool = False, error_stat: str = "elemwise", where: str = "") -> None:
+    def add(self, out, ref, *, allow_nan: bool = False, error_stat: str = "elemwise", where: str = "",
+            candidates: list | None = None) -> None:
+        """Compare ``out`` with ``ref``; ``candidates``: (name, array) answers that must fail the
+        same rule (:func:`navigator.validators.controls.candidates`), None when there are none."""
         import numpy as np
 
         rule, c = self.rule, self.check
@@ -61,6 +76,10 @@ class Accumulator:
             hint = "" if allow_nan else " (--allow-nan lets NaN pass where the reference has NaN)"
             self.fail(f"{nan}{where}{hint}")
             return
+        if candidates is not None:
+            self._controls.add(ref, [(name, controls.accepted(rule, cand, ref, allow_nan=allow_nan,
+                                                              error_stat=error_stat, batch_dim=self.batch_dim))
+                                     for name, cand in candidates])
         if rule.mode == "exact":
             if not np.array_equal(out, ref):
                 n = int(np.count_nonzero(out != ref))
@@ -68,26 +87,30 @@ class Accumulator:
             self._stats(out, ref)
             return
         if rule.mode == "mismatch_fraction":
-            if out.dtype.kind in "fc" or ref.dtype.kind in "fc":
-                absdiff, reldiff = diffs(out, ref)
-                mism = elementwise_fail(absdiff, reldiff, rule.atol, rule.rtol)
-            else:
-                mism = out != ref
-            self._mismatch[0] += int(np.count_nonzero(mism))
+            self._mismatch[0] += int(np.count_nonzero(controls.mismatches(rule, out, ref)))
             self._mismatch[1] += int(out.size)
             c.measured = self._mismatch[0] / max(1, self._mismatch[1])
             self._stats(out, ref)      # the verdict is taken over every comparison, in result()
             return
         if rule.mode == "cosine":
-            a = np.asarray(out, dtype=np.float64).ravel()
-            b = np.asarray(ref, dtype=np.float64).ravel()
-            na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
-            cos = 1.0 if na == 0 and nb == 0 else (float(a @ b) / (na * nb) if na and nb else 0.0)
+            cos = controls.cosine(out, ref)
             self._cosine = cos if self._cosine is None else min(self._cosine, cos)
             c.measured = self._cosine
             bound = rule.threshold if rule.threshold is not None else 1.0
             if cos < bound:
                 self.fail(f"cosine similarity {cos:.6g} < {bound:g}{where}")
+            self._stats(out, ref)
+            return
+        if rule.mode == "quantized":
+            worst = controls.worst_relative_l2(out, ref, self.batch_dim)
+            c.measured = worst if c.measured is None else max(c.measured, worst)
+            bound = rule.threshold if rule.threshold is not None else 0.0
+            if worst > bound:
+                self.fail(f"relative L2 error {worst:.4g} of a sample > {bound:g} (quantized rule){where}")
+            flipped = controls.confident_flips(out, ref, self.batch_dim)
+            if flipped:
+                self.fail(f"{flipped} confident arg-max prediction(s) changed (reference margin >= "
+                          f"{controls.CONFIDENT_MARGIN:g}){where}")
             self._stats(out, ref)
             return
         # tolerance: Polygraphy's comparator decides, we add the statistics
@@ -135,6 +158,10 @@ class Accumulator:
             if c.measured > bound:
                 self.fail(f"mismatch fraction {c.measured:.4g} > {bound:g} ({self._mismatch[0]} of "
                           f"{self._mismatch[1]} elements)")
+        if rule.mode != "skip":
+            c.conclusive, c.control = self._controls.verdict(rule)
+            if c.passed and c.conclusive is False:
+                c.cure = controls.cure(self.name, rule)
         # status.yaml is also read as JSON: an infinite statistic is recorded as null
         for attr in ("max_abs", "max_rel", "min_atol", "min_rtol"):
             v = getattr(c, attr)
@@ -248,8 +275,9 @@ def _polygraphy_compare(name: str, out, ref, rule: OutputRule, error_stat: str) 
 
 
 def compare_outputs(outputs: dict, reference: dict, accumulators: dict[str, Accumulator], *, allow_nan: bool,
-                    error_stat: str, where: str = "") -> None:
-    """Compare one inference's outputs with the reference, into ``accumulators``."""
+                    error_stat: str, where: str = "", candidates: dict | None = None) -> None:
+    """Compare one inference's outputs with the reference, into ``accumulators``; ``candidates``:
+    per output, the wrong answers of :func:`navigator.validators.controls.candidates`."""
     for name, acc in accumulators.items():
         if name not in outputs:
             acc.fail(f"output missing from the format's results{where}")
@@ -257,4 +285,5 @@ def compare_outputs(outputs: dict, reference: dict, accumulators: dict[str, Accu
         if name not in reference:
             acc.fail(f"output missing from the reference{where}")
             continue
-        acc.add(outputs[name], reference[name], allow_nan=allow_nan, error_stat=error_stat, where=where)
+        acc.add(outputs[name], reference[name], allow_nan=allow_nan, error_stat=error_stat, where=where,
+                candidates=None if candidates is None else candidates.get(name, []))

@@ -6,16 +6,24 @@ blocks: only a live run does.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from pathlib import Path
 
-from navigator.errors import WorkspaceBusy
+from navigator.errors import UserInputError, WorkspaceBusy
 
 
 class WorkspaceLock:
-    def __init__(self, path: str | os.PathLike):
+    """``what``: how the busy message names the locked thing (default: the workspace, the lock's folder).
+    ``remove``: delete the lock file on release (locks beside a user's folder leave nothing behind);
+    acquiring then checks that the locked file is still the one at ``path``, so a run that opened
+    it just before another removed it cannot hold a lock nobody else sees."""
+
+    def __init__(self, path: str | os.PathLike, what: str | None = None, *, remove: bool = False):
         self.path = Path(path)
+        self.what = what
+        self.remove = remove
         self._fd: int | None = None
 
     def acquire(self) -> "WorkspaceLock":
@@ -23,7 +31,14 @@ class WorkspaceLock:
             raise RuntimeError(f"{self.path}: this WorkspaceLock is already held")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # os.open's descriptors are not inherited (PEP 446): worker subprocesses never hold the lock.
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        # O_NOFOLLOW: a navigator.lock replaced by a symlink must not get the pid written into its target.
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise UserInputError(f"{self.path} is a symbolic link; Navigator never follows links inside a "
+                                     "workspace", hint="remove the link") from None
+            raise
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -31,14 +46,16 @@ class WorkspaceLock:
                 holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
             finally:
                 os.close(fd)
-            raise WorkspaceBusy(
-                f"workspace {self.path.parent} is in use by another navigator run (pid {holder})",
-                hint="wait for it to finish, or use another --workdir",
-            ) from None
+            what = self.what or f"workspace {self.path.parent}"
+            raise WorkspaceBusy(f"{what} is in use by another navigator run (pid {holder})",
+                                hint="wait for it to finish, or use another --workdir") from None
         except BaseException:
             os.close(fd)
             raise
         try:
+            if self.remove and not self._still_linked(fd):   # removed by its last holder meanwhile: again
+                os.close(fd)
+                return self.acquire()
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n".encode())
         except BaseException:
@@ -47,8 +64,21 @@ class WorkspaceLock:
         self._fd = fd
         return self
 
+    def _still_linked(self, fd: int) -> bool:
+        try:
+            here = os.stat(self.path, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        mine = os.fstat(fd)
+        return (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino)
+
     def release(self) -> None:
         if self._fd is not None:
+            if self.remove:   # unlinked while still locked: a newcomer creates a new file (see _still_linked)
+                try:
+                    os.unlink(self.path)
+                except OSError:
+                    pass
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None

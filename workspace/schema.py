@@ -1,4 +1,4 @@
-"""The JSON Schema of status.yaml v1 (``schema/status.v1.schema.json``) and a validator.
+"""The JSON Schema of status.yaml v2 (``schema/status.v2.schema.json``) and a validator.
 
 The schema is for users' CI jobs and for our tests; loading a status file
 does not need it (``status.loads`` is more lenient: it ignores unknown keys
@@ -14,12 +14,12 @@ from pathlib import Path
 
 from navigator.errors import DependencyMissing, UserInputError
 
-SCHEMA_FILE = "status.v1.schema.json"
+SCHEMA_FILE = "status.v2.schema.json"   # the current version; status.v1.schema.json stays for v1 files
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def schema_path() -> Path:
-    """Where the schema file of status.yaml v1 is installed (package data)."""
+    """Where the schema file of the current status.yaml version is installed (package data)."""
     return Path(__file__).resolve().parent / "schema" / SCHEMA_FILE
 
 
@@ -42,7 +42,7 @@ def json_path(parts) -> str:
 
 
 def validate(data: dict, *, source: str = "status.yaml") -> None:
-    """Check a loaded status mapping against the v1 schema.
+    """Check a loaded status mapping against the current schema.
 
     Raises ``UserInputError`` with one line naming the JSON path of the most
     relevant error (jsonschema's ``best_match``).

@@ -1,4 +1,4 @@
-"""status.yaml: the record of a workspace (schema version 1).
+"""status.yaml: the record of a workspace (schema version 2).
 
 A public interface: users' CI jobs and ``navigator gate`` read it. The
 layout is ARCHITECTURE.md's; ``schema/status.v1.schema.json`` states it as a
@@ -22,12 +22,21 @@ from navigator.errors import UserInputError
 from navigator.types import ModelSignature, Record
 from navigator.workspace.atomic import write_text
 
-SCHEMA_VERSION = 1
-STEP_STATUSES = ("ok", "failed", "skipped")
+SCHEMA_VERSION = 2
+# inconclusive (v2): a verification whose check could not have failed on its data (negative controls)
+STEP_STATUSES = ("ok", "failed", "skipped", "inconclusive")
 RUN_STATES = ("running", "complete", "interrupted")
 
+
+def _v1_to_v2(data: dict) -> dict:
+    """v2 adds the ``inconclusive`` step status and optional fields (output scale, atol derivation,
+    negative controls, profile corners); a v1 record reads as it was: no v1 file holds them."""
+    data["schema_version"] = 2
+    return data
+
+
 # from_version -> migration to from_version + 1. Keep them small and ordered.
-MIGRATIONS: dict[int, Callable[[dict], dict]] = {}
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {1: _v1_to_v2}
 
 
 def now() -> str:
@@ -57,9 +66,14 @@ class OutputCheck(Record):
     rtol: float | None = None
     min_atol: float | None = None
     min_rtol: float | None = None
-    threshold: float | None = None     # mismatch_fraction / cosine bound
-    measured: float | None = None      # mismatch fraction / cosine similarity found
+    threshold: float | None = None     # mismatch_fraction / cosine / quantized bound
+    measured: float | None = None      # mismatch fraction / cosine similarity / worst relative L2 found
     reason: str | None = None
+    scale: float | None = None         # robust magnitude of the reference output (p99 of |reference|)
+    atol_rule: str | None = None       # how atol was chosen: "given", or "1e-05 x scale 3.2 (...)"
+    conclusive: bool | None = None     # the check rejected a wrong answer (negative control) on this data
+    control: str | None = None         # what the negative controls showed
+    cure: str | None = None            # when inconclusive: what makes the check able to fail
 
 
 @dataclass
@@ -71,6 +85,7 @@ class VerifyStep(Record):
     outputs: dict[str, OutputCheck] = field(default_factory=dict)
     load_s: float | None = None        # loading the runner (and compiling, for torch_compile)
     inputs_sha256: str | None = None   # what the verdict depends on: a re-run with the same reuses it
+    outputs_sha256: str | None = None  # of the outputs it stored: reused only while they are unchanged (v2)
     log: str | None = None
 
     _nested: ClassVar = {"outputs": (OutputCheck, "dict")}
@@ -149,8 +164,10 @@ class SamplesInfo(Record):
     source: str = "generated"          # generated | iterable | folder
     value_ranges: dict[str, list[float]] = field(default_factory=dict)
     shapes: list[dict[str, list[int]]] = field(default_factory=list)
+    corners: list[int] = field(default_factory=list)   # stored batches at a shape profile's min / max (v2)
     sha256: str | None = None
     reference: dict | None = None      # {key, runner[, options]}: where the reference outputs came from
+    reference_sha256: str | None = None   # of the stored reference files: a resumed run reuses only these (v2)
 
 
 @dataclass
@@ -195,6 +212,35 @@ class ServingConfig(Record):
 
 
 @dataclass
+class ServingStep(Record):
+    """One step of a profiled ensemble, as it ran in the probe that picked the step to search
+    (Triton's statistics over the probe: busy share, queueing and batches)."""
+
+    name: str
+    role: str = "step"                 # preprocess | model | postprocess | step (a hand-written one)
+    instances: int = 1
+    max_batch_size: int = 0
+    utilization: float | None = None   # compute time / (probe time x instances): 1.0 = always busy
+    queue_ms: float | None = None      # average queueing per request
+    compute_ms: float | None = None    # average compute per execution (one batch)
+    batch_size: float | None = None    # average requests per execution
+
+
+@dataclass
+class ServingEnsemble(Record):
+    """``serving.ensemble``: the ensemble was measured end to end, one step's configuration
+    searched (and applied); the others ran as the repository configures them."""
+
+    name: str
+    searched: str                      # the step model whose configuration was searched
+    role: str = "model"
+    reason: str | None = None          # --step, or the probe's bottleneck
+    steps: list[ServingStep] = field(default_factory=list)
+
+    _nested: ClassVar = {"steps": (ServingStep, "list")}
+
+
+@dataclass
 class ServingStatus(Record):
     """``serving:`` (optional): the last serving profile / configuration search."""
 
@@ -218,10 +264,12 @@ class ServingStatus(Record):
     skipped: list[str] = field(default_factory=list)        # "name: reason" not measured (budget, sweep stop)
     ranked: list[str] = field(default_factory=list)         # configuration names, best first
     chosen: str | None = None
-    applied: str | None = None         # config.pbtxt that --apply wrote
+    applied: str | None = None         # config.pbtxt that --apply wrote (the searched step's)
     files: dict[str, str] = field(default_factory=dict)     # what -> workspace-relative path
+    setup_s: float | None = None       # scratch repository, server start, model loads: outside the budget
+    ensemble: ServingEnsemble | None = None   # set when an ensemble was profiled
 
-    _nested: ClassVar = {"configurations": (ServingConfig, "list")}
+    _nested: ClassVar = {"configurations": (ServingConfig, "list"), "ensemble": (ServingEnsemble, "one")}
 
 
 @dataclass

@@ -33,6 +33,8 @@ class VerifySpec(Record):
     error_stat: str = "elemwise"
     batch_sizes: list[int] = field(default_factory=list)   # besides each sample's own batch size
     batch_dim: int | None = None
+    corners: list[str] = field(default_factory=list)       # samples at a profile corner: their own size only
+    static: bool = False                                   # static shapes: only samples shaped like the first
 
 
 @dataclass
@@ -63,11 +65,22 @@ class RunnerTask(Record):
 
 
 @dataclass
+class PrepareSpec(Record):
+    """A source prepared in a worker (``file.py:factory``: user code never runs in the calling
+    process): open it, take or generate its samples, compute the reference, into ``out``."""
+
+    model: str                           # the factory spec
+    config: dict = field(default_factory=dict)   # NavigatorConfig.to_dict() of the run
+    out: str = ""                        # folder for the samples, reference and prepared.json
+    samples: str | None = None           # folder of user batches staged by the parent, if any
+
+
+@dataclass
 class Task(Record):
     """One unit of a job: a format's convert -> verify -> profile (``kind: format``), or the
     reference outputs computed with one runner (``kind: reference``)."""
 
-    kind: str                            # format | reference
+    kind: str                            # format | reference | prepare
     key: str
     artifact: str                        # workspace-relative
     io_names: dict[str, str] = field(default_factory=dict)   # our name -> name inside the artifact
@@ -78,16 +91,19 @@ class Task(Record):
     verify: VerifySpec | None = None
     profile: ProfileSpec | None = None
     reference_runner: RunnerTask | None = None                # kind reference
+    optional: list[str] = field(default_factory=list)         # kind reference: samples it may leave out
+    prepare: PrepareSpec | None = None                        # kind prepare
 
     _nested: ClassVar = {"convert": (ConvertSpec, "one"), "runners": (RunnerTask, "list"),
                          "verify": (VerifySpec, "one"), "profile": (ProfileSpec, "one"),
-                         "reference_runner": (RunnerTask, "one")}
+                         "reference_runner": (RunnerTask, "one"), "prepare": (PrepareSpec, "one")}
 
     def static(self) -> "Task":
         """This task for an artifact exported with static shapes: the samples' shapes only."""
         task = Task.from_dict(json.loads(json.dumps(self.to_dict())))
         if task.verify is not None:
             task.verify.batch_sizes = []
+            task.verify.static = True
         if task.profile is not None:
             task.profile.settings["batch_sizes"] = [0]   # 0: the sample's own batch size
         return task

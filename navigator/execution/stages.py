@@ -41,13 +41,29 @@ def run_reference(ws, task: Task, live: Any = None) -> dict:
     runner = runners.create(spec.spec(), ws.abs(task.artifact), **options)
     inverse = {v: k for k, v in task.io_names.items()}
     count = 0
+    dropped = []
     with runner:
         for path in ws.input_files():
-            outputs = rename(runner.infer(rename(npz.load(path), task.io_names)), inverse)
+            try:
+                outputs = rename(runner.infer(rename(npz.load(path), task.io_names)), inverse)
+            except Exception as e:   # a profile-corner sample the model does not accept is left out
+                if path.stem not in task.optional:
+                    raise
+                reason = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+                log.warning("reference: sample %s left out: %s", path.stem, reason)
+                path.unlink()
+                dropped.append({"sample": path.stem, "reason": reason})
+                continue
             npz.save(ws.reference_file(path.stem), outputs)
             count += 1
+    if dropped:   # close the gaps: samples stay numbered 000, 001, ... in the order they were
+        for i, path in enumerate(ws.input_files()):
+            stem = f"{i:03d}"
+            if path.stem != stem:
+                path.rename(ws.sample_file("inputs", i))
+                ws.reference_file(path.stem).rename(ws.reference_file(stem))
     log.info("reference: %d batches with %s", count, spec.key)
-    return {"count": count}
+    return {"count": count, "dropped": dropped}
 
 
 def run_convert(ws, task: Task, live: Any = None) -> ConvertResult:
@@ -67,19 +83,43 @@ def run_convert(ws, task: Task, live: Any = None) -> ConvertResult:
     outcome = cls().convert(ctx) or ConvertOutcome()
     if not ctx.output.exists():
         raise RuntimeError(f"converter {cls.name} finished without writing {conv.output}")
+    outcome.notes = list(outcome.notes) + check_artifact(task.key, ctx.output)
     for note in outcome.notes:
         log.warning("%s", note)
     return ConvertResult(exporter=outcome.exporter, notes=list(outcome.notes), static_shapes=outcome.static_shapes,
                          io_names=dict(outcome.io_names or {}))
 
 
+class InvalidArtifact(RuntimeError):
+    """The converter wrote an artifact its format's check rejects: convert fails, naming why."""
+
+
+def check_artifact(key: str, path) -> list[str]:
+    """Run the format record's artifact check (e.g. the ONNX graph check) on a converted artifact;
+    returns its notes (repairs it made). An invalid artifact fails the convert step."""
+    import importlib
+
+    from navigator import formats
+
+    record = formats.get(formats.parse_key(key).format)
+    if not record.check:
+        return []
+    module, _, name = record.check.partition(":")
+    try:
+        return list(getattr(importlib.import_module(module), name)(path) or [])
+    except Exception as e:   # the check's own message names the node and op where it can
+        raise InvalidArtifact(f"the converted {record.name} artifact is invalid: {e}") from None
+
+
 def run_verify(ws, task: Task, spec: RunnerTask, io_names: dict, live: Any = None) -> tuple[dict, Any]:
     """Run every stored sample (at its own batch size and at ``verify.batch_sizes``), store the
-    outputs and compare them with the reference. Returns the verify record and the active runner."""
+    outputs and compare them with the reference, each comparison with its negative controls
+    (:mod:`navigator.validators.controls`). Default tolerances are resolved against each output's
+    scale over every sample. Returns the verify record and the active runner."""
     from navigator import runners
     from navigator.execution.profiling import batch_of
-    from navigator.validators.numeric import Accumulator, compare_outputs
-    from navigator.validators.tolerances import OutputRule
+    from navigator.validators import controls
+    from navigator.validators.numeric import compare_outputs
     from navigator.workspace import npz
 
     verify = task.verify
@@ -88,39 +128,97 @@ def run_verify(ws, task: Task, spec: RunnerTask, io_names: dict, live: Any = Non
     runner.activate()
     load_s = time.perf_counter() - start
     inverse = {v: k for k, v in io_names.items()}
-    accs = {name: Accumulator(name, OutputRule(**rule)) for name, rule in verify.rules.items()}
     batch_dim = verify.batch_dim
+    paths = ws.input_files()
+    samples = {p.stem: npz.load(p) for p in paths}
+    if verify.static and samples:   # an artifact exported with static shapes runs at the first sample's only
+        first = {k: v.shape for k, v in next(iter(samples.values())).items()}
+        samples = {k: v for k, v in samples.items() if {n: a.shape for n, a in v.items()} == first}
+        paths = [p for p in paths if p.stem in samples]
+    references = {p.stem: npz.load(ws.reference_file(p.stem)) for p in paths}
+    accs = _accumulators(verify, references)
     sizes_used: set[int] = set()
 
-    def compare(outs, ref, where):
-        compare_outputs(outs, ref, accs, allow_nan=verify.allow_nan, error_stat=verify.error_stat, where=where)
+    def compare(outs, ref, feeds, other, where):
+        cands = controls.candidates(ref, feeds, batch_dim=batch_dim, other=other)
+        compare_outputs(outs, ref, accs, allow_nan=verify.allow_nan, error_stat=verify.error_stat, where=where,
+                        candidates=cands)
 
-    for path in ws.input_files():
-        sample = npz.load(path)
-        reference = npz.load(ws.reference_file(path.stem))
+    stems = list(samples)
+    for i, stem in enumerate(stems):
+        sample, reference = samples[stem], references[stem]
+        other = _other_sample(stems, i, samples, references)
         outputs = rename(runner.infer(rename(sample, io_names)), inverse)
-        npz.save(ws.output_file(task.key, spec.key, path.stem), outputs)
-        where = f" (sample {path.stem}"
+        npz.save(ws.output_file(task.key, spec.key, stem), outputs)
         if batch_dim is None:
-            compare(outputs, reference, where + ")")
+            compare(outputs, reference, sample, other, f" (sample {stem})")
             continue
         full = next(iter(sample.values())).shape[batch_dim]
         sizes_used.add(full)
-        compare(outputs, reference, f"{where}, batch {full})")
+        compare(outputs, reference, sample, other, f" (sample {stem}, batch {full})")
         for size in verify.batch_sizes:
-            if size == full:
+            if size == full or stem in verify.corners:   # a corner is verified at its own shape
                 continue
-            outs = rename(runner.infer(rename(batch_of(sample, batch_dim, size), io_names)), inverse)
-            npz.save(ws.output_file(task.key, spec.key, path.stem, size), outs)
-            compare(outs, batch_of(reference, batch_dim, size), f" (sample {path.stem}, batch {size})")
+            feeds = batch_of(sample, batch_dim, size)
+            outs = rename(runner.infer(rename(feeds, io_names)), inverse)
+            npz.save(ws.output_file(task.key, spec.key, stem, size), outs)
+            other_cut = (batch_of(other[0], batch_dim, size), batch_of(other[1], batch_dim, size)) if other else None
+            compare(outs, batch_of(reference, batch_dim, size), feeds, other_cut, f" (sample {stem}, batch {size})")
             sizes_used.add(size)
     checks = {name: acc.result().to_dict() for name, acc in accs.items()}
-    failed = [f"{name}: {c['reason']}" for name, c in checks.items() if not c["passed"]]
     for name, c in checks.items():
         log.info("%s: %s", name, c)
-    result = {"status": "failed" if failed else "ok", "reason": "; ".join(failed)[:1000] or None,
-              "batch_sizes": sorted(sizes_used), "outputs": checks, "load_s": round(load_s, 4)}
+    stored = sorted(ws.outputs_dir(task.key, spec.key).glob("*.npz"))
+    result = verdict(checks) | {"batch_sizes": sorted(sizes_used), "outputs": checks, "load_s": round(load_s, 4),
+                                "outputs_sha256": npz.files_sha256(stored)}
     return result, runner
+
+
+def _accumulators(verify, references: dict) -> dict:
+    """One Accumulator per output, its default atol scaled to the output over every sample."""
+    import numpy as np
+
+    from navigator.validators.numeric import Accumulator
+    from navigator.validators.tolerances import OutputRule, robust_magnitude
+
+    accs = {}
+    for name, rule_dict in verify.rules.items():
+        rule = OutputRule(**rule_dict)
+        arrays = [r[name] for r in references.values() if name in r]
+        floats = any(np.asarray(a).dtype.kind in "fc" for a in arrays)
+        scale = robust_magnitude(arrays) if floats else None
+        acc = Accumulator(name, rule.resolve(scale), batch_dim=verify.batch_dim, scale=scale)
+        if floats and rule.mode in ("tolerance", "mismatch_fraction"):
+            acc.check.atol_rule = rule.derivation(scale)
+        accs[name] = acc
+    return accs
+
+
+def _other_sample(stems: list[str], i: int, samples: dict, references: dict) -> tuple[dict, dict] | None:
+    """(inputs, reference) of the next stored sample whose inputs have the same shapes, for the
+    negative control "another sample's reference"."""
+    import numpy as np
+
+    shapes = {k: np.shape(v) for k, v in samples[stems[i]].items()}
+    for j in list(range(i + 1, len(stems))) + list(range(0, i)):
+        if {k: np.shape(v) for k, v in samples[stems[j]].items()} == shapes:
+            return samples[stems[j]], references[stems[j]]
+    return None
+
+
+def verdict(checks: dict[str, dict]) -> dict:
+    """The verify step's status from its outputs' checks: failed when one failed; inconclusive when
+    one passed a check that could not fail (or every output is skipped); else ok."""
+    failed = [f"{name}: {c['reason']}" for name, c in checks.items() if not c["passed"]]
+    if failed:
+        return {"status": "failed", "reason": "; ".join(failed)[:1000]}
+    unsure = [f"{name}: inconclusive: {c['control']}" for name, c in checks.items()
+              if c.get("conclusive") is False]
+    if unsure:
+        return {"status": "inconclusive", "reason": "; ".join(unsure)[:1000]}
+    if checks and all(c["mode"] == "skip" for c in checks.values()):
+        return {"status": "inconclusive", "reason": "every output is compared with mode skip: nothing was verified"}
+    return {"status": "ok", "reason": None}
 
 
 def run_profile(ws, task: Task, runner, io_names: dict) -> dict:

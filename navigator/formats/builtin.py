@@ -50,8 +50,9 @@ FORMATS: tuple[Format, ...] = (
         python_loader="aoti", python_packages=TORCH_PACKAGES,
         runner_classes={"aoti": "navigator.runners.torch:AotiRunner"}),
     Format(
-        "openvino", "model.xml", companions=("model.bin",), preference=4, tolerance_floor=(1e-3, 1e-3),
-        # OpenVINO's CPU plugin differs from onnxruntime by ~3e-4 (ENVIRONMENT.md)
+        # no tolerance floor: on the zoo's 22 models OpenVINO's fp32 errors are 0.5-1.7x onnxruntime's
+        # (benchmarks/results/tolerance_study.md); the scaled fp32 default covers both
+        "openvino", "model.xml", companions=("model.bin",), preference=4,
         runners={CPU: (RunnerSpec("openvino", CPU),), CUDA: ()},
         unverifiable={CUDA: "OpenVINO runs on the CPU here (its GPU plugin targets Intel GPUs)"},
         serving=Serving("openvino", "", "model.xml", devices=("cpu",)),
@@ -64,6 +65,7 @@ FORMATS: tuple[Format, ...] = (
         serving=Serving("onnxruntime", "onnxruntime_onnx", "model.onnx"),
         python_loader="onnx", python_packages=("onnxruntime",),
         default_targets=("onnx", "onnx-optimized", "openvino?"),
+        check="navigator.converters.onnx_check:check_artifact",
         runner_classes={"onnxruntime": "navigator.runners.onnxruntime:OnnxruntimeRunner"}),
     Format(
         "torch_export", "model.pt2", preference=6, precisions=("fp32", "fp16", "bf16"), runners=_both("torch_export"),

@@ -87,6 +87,9 @@ class Format:
     default_targets: tuple[str, ...] = ()
     cuda_default_targets: tuple[str, ...] = ()
     runner_classes: Mapping[str, str] = field(default_factory=dict)   # runner name -> "module:Class"
+    # "module:function(path) -> notes" run on every converted artifact of the format before its
+    # convert step may say ok; it raises when the artifact is invalid (the onnx format's graph check)
+    check: str | None = None
 
     def __post_init__(self) -> None:
         runners = {d: tuple(specs) for d, specs in dict(self.runners).items()}

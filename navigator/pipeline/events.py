@@ -16,7 +16,12 @@ def apply_event(ctx: RunContext, event: Event) -> None:
         return
     result = dict(event.result)
     if event.stage == "reference":
+        if result.get("status") == "ok":
+            _drop_samples(ctx, [d["sample"] for d in result.get("dropped") or []], result.get("dropped") or [])
+            refine_output_dims(ctx)
+            ctx.status.samples.reference_sha256 = npz.files_sha256(ctx.ws.reference_files())
         ctx.reporter.step_end("reference", event.stage, None, result)
+        ctx.save()
         return
     key = event.key
     fs = ctx.status.formats[key]
@@ -40,6 +45,41 @@ def apply_event(ctx: RunContext, event: Event) -> None:
             rs.profile = ProfileStep.from_dict(result | {"log": rel_log, "inputs_sha256": hashed})
     ctx.reporter.step_end(key, event.stage, event.runner, result)
     ctx.save()
+
+
+def _drop_samples(ctx: RunContext, stems: list[str], dropped: list[dict]) -> None:
+    """Profile-corner samples the source model refused: out of the record (the worker renumbered the files)."""
+    if not stems:
+        return
+    info = ctx.status.samples
+    gone = {int(s) for s in stems}
+    kept = [i for i in range(len(info.shapes)) if i not in gone]
+    for d in dropped:
+        shapes = info.shapes[int(d["sample"])]
+        why = f"the model does not run at the profile corner {shapes}: {d['reason']}; it is left out of verification"
+        ctx.reporter.warn(why)
+    info.corners = [kept.index(i) for i in info.corners if i not in gone]
+    info.shapes = [info.shapes[i] for i in kept]
+    info.count = len(info.shapes)
+
+
+def refine_output_dims(ctx: RunContext) -> None:
+    """An output dim the signature records as static but that differs between the reference outputs
+    becomes -1 (dynamic): Triton configs and metadata must not freeze one sample's size."""
+    import numpy as np
+
+    shapes: dict[str, set] = {}
+    for path in ctx.ws.reference_files():
+        with np.load(path, allow_pickle=False) as data:
+            for name in data.files:
+                shapes.setdefault(name, set()).add(data[name].shape)
+    for spec in ctx.status.signature.outputs:
+        seen = shapes.get(spec.name)
+        if not seen or any(len(s) != len(spec.shape) for s in seen):
+            continue
+        for axis, dim in enumerate(spec.shape):
+            if dim >= 0 and len({s[axis] for s in seen}) > 1:
+                spec.shape[axis] = -1
 
 
 def apply_verify_func(ctx: RunContext, key: str, runner_key: str, rs: RunnerStatus) -> None:
@@ -112,6 +152,8 @@ def explain_skips(fs, config) -> None:
             rs.verify.reason = "not run"
         if rs.profile.status == "skipped" and rs.profile.reason in (None, "", "pending"):
             rs.profile.reason = ("--no-profile" if config.no_profile else
+                                 "verification inconclusive: an unverified format is never measured for best"
+                                 if rs.verify.status == "inconclusive" else
                                  "verification did not pass" if rs.verify.status != "ok" else "not run")
 
 

@@ -17,6 +17,7 @@ from navigator.pipeline.dispatch import run_job, run_job_in_process
 from navigator.pipeline.events import explain_skips, skip_runners
 from navigator.pipeline.reproduce import write_reproduce
 from navigator.pipeline.tasks import format_task, reference_task, runner_specs, sys_path_for
+from navigator.workspace import npz
 from navigator.workspace.status import ConvertStep, FormatStatus, ProfileStep, RunnerStatus, VerifyStep
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ def _reference_from(ctx: RunContext, key: str) -> None:
     sig = ctx.status.signature
     options = {"inputs": [fs.io_names.get(n, n) for n in sig.input_names],
                "outputs": [fs.io_names.get(n, n) for n in sig.output_names], "precision": fs.precision}
-    task = reference_task(fs.path, RunnerTask.of(spec, **options), io_names=fs.io_names)
+    task = reference_task(ctx, fs.path, RunnerTask.of(spec, **options), io_names=fs.io_names)
     run_job(ctx, "reference", [task], ctx.ws.reference_worker_log, [])
     if not ctx.ws.reference_files():
         raise_reference_failed(ctx)
@@ -127,7 +128,10 @@ def run_item(ctx: RunContext, item, *, convert: bool = True, verify: bool = True
         write_reproduce(ctx, item, fs, task)
     reference_kept = (item.converter is None and ctx.resume_from is not None
                       and ctx.resume_from.samples.reference == st.samples.reference
-                      and len(ctx.ws.reference_files()) == st.samples.count)
+                      and len(ctx.ws.reference_files()) == st.samples.count
+                      and ctx.resume_from.samples.reference_sha256 == npz.files_sha256(ctx.ws.reference_files()))
+    if reference_kept:
+        st.samples.reference_sha256 = ctx.resume_from.samples.reference_sha256
     task = _deferred(ctx, fs, resume.reuse(ctx, item, task))
     if task is None:   # every step of this format is unchanged since the last run
         old = ctx.resume_from.formats.get(item.key) if ctx.resume_from else None
@@ -154,7 +158,7 @@ def run_item(ctx: RunContext, item, *, convert: bool = True, verify: bool = True
     tasks = [task]
     own_reference = ctx.config.reference in (None, ctx.source.key) and not reference_kept
     if item.converter is None and ctx.source.reference_runner and own_reference:
-        tasks.insert(0, reference_task(fs.path, ctx.source.reference_runner))
+        tasks.insert(0, reference_task(ctx, fs.path, ctx.source.reference_runner))
     run_tasks(ctx, item, tasks)
     if item.converter is None and verify and not ctx.ws.reference_files():
         raise_reference_failed(ctx)

@@ -29,7 +29,8 @@ def select_best(st: Status, *, no_profile: bool) -> Best | None:
 
 
 def outcome_code(st: Status, requested: list[str]) -> tuple[int, list[str]]:
-    """Exit code (0 or 1) and the reasons of the requested targets that failed."""
+    """Exit code (0 or 1) and the reasons of the requested targets that failed, or whose
+    verification was inconclusive (a check that could not fail proves nothing)."""
     failures = []
     for key in requested:
         fs = st.formats.get(key)
@@ -39,6 +40,6 @@ def outcome_code(st: Status, requested: list[str]) -> tuple[int, list[str]]:
             failures.append(f"{key}: conversion failed: {fs.convert.reason}")
             continue
         for rkey, rs in fs.runners.items():
-            if rs.verify.status == "failed":
-                failures.append(f"{key} on {rkey}: verification failed: {rs.verify.reason}")
+            if rs.verify.status in ("failed", "inconclusive"):   # inconclusive: not verified, whatever it says
+                failures.append(f"{key} on {rkey}: verification {rs.verify.status}: {rs.verify.reason}")
     return (1 if failures else 0), failures

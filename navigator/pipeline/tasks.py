@@ -25,14 +25,27 @@ def verify_spec(ctx: RunContext, key: str) -> VerifySpec:
                         compare=cfg.compare, atol=cfg.atol, rtol=cfg.rtol)
         rules[spec.name] = dataclasses.asdict(rule)
     batch_dim = ctx.status.batch_dim
+    samples = ctx.status.samples
+    corners = [f"{i:03d}" for i in samples.corners]
     sizes: list[int] = []
     if batch_dim is not None:
-        full = max(s[ctx.status.signature.inputs[0].name][batch_dim] for s in ctx.status.samples.shapes)
+        regular = [s for i, s in enumerate(samples.shapes) if i not in samples.corners] or samples.shapes
+        full = max(s[ctx.status.signature.inputs[0].name][batch_dim] for s in regular)
         sizes = sorted(set(cfg.verify_batch_sizes or (1, full)))
         if len(sizes) < 2:
             sizes = sorted(set(sizes) | {2 if full == 1 else 1})
+        if not cfg.verify_batch_sizes:   # never outside the shape profiles: an engine would refuse it
+            sizes = [b for b in sizes if _batch_in_profiles(ctx, b)] or sizes
     return VerifySpec(rules=rules, allow_nan=cfg.allow_nan, error_stat=cfg.error_stat, batch_sizes=sizes,
-                      batch_dim=batch_dim)
+                      batch_dim=batch_dim, corners=corners)
+
+
+def _batch_in_profiles(ctx: RunContext, size: int) -> bool:
+    """``size`` lies within the batch range of at least one shape profile."""
+    batch_dim = ctx.status.batch_dim
+    profiles = ctx.status.shape_profiles or []
+    return not profiles or any(all(p[n]["min"][batch_dim] <= size <= p[n]["max"][batch_dim] for n in p)
+                               for p in profiles)
 
 
 def profile_spec(ctx: RunContext) -> ProfileSpec | None:
@@ -76,10 +89,12 @@ def format_task(ctx: RunContext, item, fs: FormatStatus) -> Task:
     return task
 
 
-def reference_task(artifact: str, runner: RunnerTask, *, io_names: dict | None = None) -> Task:
-    """The reference outputs of every stored sample, from ``runner``."""
+def reference_task(ctx: RunContext, artifact: str, runner: RunnerTask, *, io_names: dict | None = None) -> Task:
+    """The reference outputs of every stored sample, from ``runner``; a profile-corner sample the
+    model does not run is left out (``optional``), any other failure fails the task."""
     return Task(kind="reference", key="reference", artifact=artifact, io_names=dict(io_names or {}),
-                reference_runner=RunnerTask.from_dict(runner.to_dict()))
+                reference_runner=RunnerTask.from_dict(runner.to_dict()),
+                optional=[f"{i:03d}" for i in ctx.status.samples.corners])
 
 
 def sys_path_for(cls) -> list[str]:

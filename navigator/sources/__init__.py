@@ -22,7 +22,12 @@ from navigator.sources.onnx import ONNX_SUFFIXES, open_onnx
 from navigator.sources.tensorflow import open_saved_model, open_tf_object, saved_model_name
 from navigator.sources.torch import open_torch, open_torch_file
 
-__all__ = ["Source", "open_source", "default_name"]
+__all__ = ["Source", "open_source", "default_name", "is_factory_spec"]
+
+
+def is_factory_spec(model: Any) -> bool:
+    """``path/to/file.py:factory``: a PyTorch factory named on the command line or to the API."""
+    return isinstance(model, str) and ":" in model and model.rpartition(":")[0].endswith(".py")
 
 
 def default_name(model: str | os.PathLike) -> str:
@@ -30,7 +35,7 @@ def default_name(model: str | os.PathLike) -> str:
     name without --model-name), found without opening the model: the file's stem, the
     factory file's stem for ``file.py:factory``, a SavedModel folder's name."""
     text = os.fspath(model)
-    if ":" in text and text.rpartition(":")[0].endswith(".py"):
+    if is_factory_spec(text):
         return Path(text.rpartition(":")[0]).stem
     path = Path(text)
     return saved_model_name(path) if path.is_dir() else path.stem
@@ -38,7 +43,7 @@ def default_name(model: str | os.PathLike) -> str:
 
 def open_source(model: Any, model_format: str | None = None, signature_name: str | None = None) -> Source:
     """Recognise the model: a path (ONNX file, ...) or a live framework object."""
-    if isinstance(model, str) and ":" in model and model.rpartition(":")[0].endswith(".py"):
+    if is_factory_spec(model):
         from navigator import deps
         from navigator.sources import torch_support
 

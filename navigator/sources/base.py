@@ -70,6 +70,7 @@ class Source:
     index_bounds: dict = field(default_factory=dict)
     isolated: bool = True          # False when exported in the calling process
     reference_runner: Any = None           # RunnerTask computing the reference (None: computed in this process)
+    notes: list = field(default_factory=list)   # what opening the source decided for the user (shown as warnings)
     digest: str | None = field(default=None, repr=False, compare=False)   # sha256(), computed once
 
     def sha256(self) -> str | None:
@@ -81,6 +82,11 @@ class Source:
 
     def _digest(self) -> str | None:
         return sha256_file(self.path) if self.path and self.path.is_file() else None
+
+    def identity(self) -> str | None:
+        """What status.yaml's ``model.path`` names: the file or folder the user gave (resolved),
+        ``file.py:factory`` for a factory; None for a live object (nothing on disk names it)."""
+        return str(self.path.resolve()) if self.path and self.obj is None else None
 
     def export(self, ws, out_path: Path) -> dict:
         raise NotImplementedError

@@ -313,3 +313,54 @@ def check_profile_covers(profile: dict, signature: ModelSignature, samples: list
             if any(not (lo <= d <= hi) for lo, d, hi in zip(p["min"], shape, p["max"])):
                 raise UserInputError(f"sample {i}: input '{spec.name}' shape {list(shape)} lies outside the shape "
                                      f"profile (min {p['min']}, max {p['max']})")
+
+
+CORNER_COST = 8     # a corner sample holds at most this many times the elements of the largest given sample
+
+
+def _elements(shapes: dict) -> int:
+    total = 0
+    for shape in shapes.values():
+        n = 1
+        for d in shape:
+            n *= int(d)
+        total += n
+    return total
+
+
+def corner_shapes(signature: ModelSignature, profiles: list[dict], samples: list[dict],
+                  batch_dim: int | None, *, cost: int = CORNER_COST) -> list[dict[str, tuple]]:
+    """Input shapes at each shape profile's min and max corner that the samples do not already
+    cover, so verification exercises every dynamic dim at its extremes.
+
+    A corner is left out when the samples hold its non-batch dims at a batch size at least as
+    large (verification also cuts every sample to batch 1). The max corner's batch is halved until
+    its elements are at most ``cost`` times the largest sample's, so its cost stays bounded."""
+    import math
+
+    seen = [{n: tuple(a.shape) for n, a in s.items()} for s in samples]
+    biggest = max((_elements(s) for s in seen), default=1)
+
+    def rest(shape: dict) -> dict:
+        return {n: tuple(d for a, d in enumerate(dims) if a != batch_dim) for n, dims in shape.items()}
+
+    def batch(shape: dict) -> int:
+        return max(dims[batch_dim] for dims in shape.values()) if batch_dim is not None else 1
+
+    out: list[dict[str, tuple]] = []
+    for profile in profiles:
+        for corner in ("min", "max"):
+            shape = {spec.name: tuple(int(d) for d in profile[spec.name][corner]) for spec in signature.inputs
+                     if spec.name in profile}
+            if len(shape) != len(signature.inputs):
+                continue
+            if batch_dim is not None and corner == "max":
+                b = batch(shape)
+                while b > 1 and _elements(shape) > cost * biggest:
+                    b = math.ceil(b / 2)
+                    shape = {n: tuple(b if a == batch_dim else d for a, d in enumerate(dims))
+                             for n, dims in shape.items()}
+            covered = any(rest(s) == rest(shape) and batch(s) >= batch(shape) for s in seen + out)
+            if not covered:
+                out.append(shape)
+    return out

@@ -25,6 +25,15 @@ class TorchSource(Source):
     default_targets: tuple | None = None
     generated_float: list = field(default_factory=list)   # inputs generated as float32 by default
     reference_digest: str | None = None   # of the reference outputs complete() computed
+    state_sha256: str | None = None       # a factory's weights when the reference was computed
+
+    def identity(self) -> str | None:
+        if self.file_kind and self.factory:          # a .pt / .pt2 file
+            return str(Path(self.factory).resolve())
+        if self.factory:                             # file.py:factory
+            file, _, attr = self.factory.rpartition(":")
+            return f"{Path(file).resolve()}:{attr}"
+        return None
 
     def _digest(self) -> str | None:
         if self.file_kind and self.factory:          # a .pt / .pt2 file
@@ -91,6 +100,7 @@ class TorchSource(Source):
             if name not in dtypes:
                 dtypes[name] = "float32"
                 self.generated_float.append(name)
+        self._find_index_inputs(config, raw, shape_sets, dtypes)
         batch_dim = None if no_batching else (batch_dim_option if batch_dim_option is not None else 0)
         if batch_dim is not None and any(r <= batch_dim for r in ranks.values()):
             batch_dim = None
@@ -114,14 +124,59 @@ class TorchSource(Source):
         self.signature = ModelSignature(inputs=inputs, outputs=[])
         return raw, batch_dim
 
-    def complete(self, batches: list[dict], batch_dim: int | None) -> list[dict]:
-        """Run the reference; fill in the outputs' names, dtypes and dynamic dims."""
+    def _find_index_inputs(self, config, raw: list | None, shape_sets: list, dtypes: dict) -> None:
+        """The embedding tables the inputs index (their row counts become the generated integers'
+        bounds, as Gather tables do for ONNX sources) and the inputs that must be integers though
+        nothing said so: ``dtypes`` and ``index_bounds`` are updated, each change said in a warning."""
+        import logging
+
         from navigator.sources import torch_support as ts
+
+        if raw:
+            shapes = {n: raw[0][n].shape for n in self.io.inputs}
+        elif shape_sets and all(n in shape_sets[0] for n in self.io.inputs):
+            shapes = {n: tuple(shape_sets[0][n]) for n in self.io.inputs}
+        elif config.samples:
+            from navigator.workspace import npz
+
+            first = npz.load(sorted(Path(config.samples).glob("*.npz"))[0])
+            shapes = {n: first[n].shape for n in self.io.inputs if n in first}
+        else:
+            return
+        if len(shapes) != len(self.io.inputs):
+            return
+        bounds, now_int = ts.find_index_inputs(self.obj, self.io, shapes, dtypes)
+        given = set((config.value_ranges or {}))
+        for name in now_int:
+            if name in self.generated_float:
+                self.generated_float.remove(name)
+                dtypes[name] = "int64"
+        for name, rows in bounds.items():
+            if name not in given:
+                self.index_bounds[name] = rows
+            if not raw:
+                msg = (f"input {name!r} indexes an embedding table of {rows} rows: "
+                       + ("generated as int64" if name in now_int else "generated") + f" in [0, {rows})")
+                logging.getLogger(__name__).info("%s", msg)
+                if name in now_int:
+                    self.notes.append(msg + " (--dtypes / --value-ranges change it)")
+
+    def complete(self, batches: list[dict], batch_dim: int | None, *, corners: list[int] = (),
+                 value_ranges: dict | None = None) -> tuple[list[dict], dict[int, str]]:
+        """Run the reference on every batch and fill in the outputs' names, dtypes and dynamic dims
+        (a dim that differs between any two batches, the profile corners and a probe at another
+        batch size included, is -1). Returns (reference per kept batch, {corner index: why refused}):
+        a corner batch the model does not run is refused, any other failure is an error.
+        ``value_ranges``: embeddings' indices are checked against their tables."""
         from navigator.execution.profiling import batch_of
+        from navigator.sources import torch_support as ts
         from navigator.types import TensorSpec
 
+        corners = set(corners)
+        checked = {k: tuple(v) for k, v in (value_ranges or {}).items()}
+        regular = [b for i, b in enumerate(batches) if i not in corners]
         try:
-            reference, _ = ts.run_reference(self.obj, self.io, batches)
+            outputs, _ = ts.run_reference(self.obj, self.io, regular, checked)
         except UserInputError:
             raise
         except Exception as e:
@@ -131,6 +186,16 @@ class TorchSource(Source):
                         "name:int64 for index inputs")
             raise UserInputError(f"the model failed on the samples in eager mode ({type(e).__name__}: "
                                  f"{' '.join(str(e).split())[:300]})", hint=hint) from None
+        by_index = dict(zip([i for i in range(len(batches)) if i not in corners], outputs))
+        names = list(self.io.outputs)
+        refused: dict[int, str] = {}
+        for i in sorted(corners):
+            try:
+                (by_index[i],), _ = ts.run_reference(self.obj, self.io, [batches[i]], checked)
+            except Exception as e:   # noqa: BLE001 - a corner the model does not accept is left out
+                refused[i] = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+            self.io.outputs = names
+        reference = [by_index[i] for i in range(len(batches)) if i not in refused]
         from navigator.sources.samples import samples_sha256
 
         self.reference_digest = samples_sha256(reference)
@@ -146,13 +211,14 @@ class TorchSource(Source):
                 logging.getLogger(__name__).warning("the model does not run at batch size %d (%s: %s); its "
                                                     "output shapes come from the samples alone", size + 1,
                                                     type(e).__name__, e)
+            self.io.outputs = names
         outputs = []
         for name in self.io.outputs:
             shapes = [r[name].shape for r in reference] + ([probe[0][name].shape] if probe else [])
             dims = [d if len({s[a] for s in shapes}) == 1 else -1 for a, d in enumerate(shapes[0])]
             outputs.append(TensorSpec(name=name, dtype=str(reference[0][name].dtype), shape=dims))
         self.signature.outputs = outputs
-        return reference
+        return reference, refused
 
     def export(self, ws, out_path: Path) -> dict:
         """Record how to rebuild the module and its I/O names (formats/torch/)."""
@@ -163,6 +229,8 @@ class TorchSource(Source):
 
         out_path.parent.mkdir(parents=True, exist_ok=True)
         record = ts.source_record(self.factory, self.file_kind)
+        if self.state_sha256 and record["kind"] == "factory":
+            record["state_sha256"] = self.state_sha256
         if self.file_kind:   # keep a copy of the model file in the workspace: the record points at it
             import shutil
 
@@ -195,6 +263,8 @@ def open_torch(model: Any, factory: str | None) -> TorchSource:
 
     module = ts.prepare_module(model)
     name = Path(factory.rpartition(":")[0]).stem if factory else type(model).__name__
-    # A factory is rebuilt in every worker; a live object is used only in this process.
+    # A factory is rebuilt in every worker (its weights checked against these); a live object is
+    # used only in this process.
     return TorchSource(format="torch", key="torch", name=name, obj=module, isolated=factory is not None,
-                       factory=factory, reference_runner=None)
+                       factory=factory, reference_runner=None,
+                       state_sha256=ts.state_digest(module) if factory else None)

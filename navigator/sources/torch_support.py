@@ -11,6 +11,7 @@ only: importing this module costs nothing.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import logging
@@ -64,6 +65,8 @@ def load_factory(spec: str):
         raise UserInputError(f"{path} has no {attr!r}; callables there: {', '.join(have) or 'none'}")
     try:
         model = factory() if callable(factory) and not is_torch_module(factory) else factory
+    except SystemExit as e:   # sys.exit() in a factory ends nothing of ours silently
+        raise UserInputError(f"{spec}: the factory called sys.exit({e.code!r})") from None
     except Exception as e:
         raise UserInputError(f"{spec}: the factory raised {type(e).__name__}: {e}") from None
     if not is_torch_module(model):
@@ -303,10 +306,30 @@ def load_model_file(path: str | os.PathLike, kind: str):
             from None
 
 
+def state_digest(module) -> str:
+    """One digest of a module's parameters and buffers (names, dtypes, shapes, bytes)."""
+    import hashlib
+
+    import torch
+
+    h = hashlib.sha256(b"navigator-state-v1\n")
+    for name, t in sorted(module.state_dict().items()):
+        t = t.detach().to("cpu").contiguous()
+        h.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\n".encode())
+        h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
 def rebuild(record: dict, io: TorchIO):
-    """The flat module described by a source record (in a worker or a reproducer)."""
+    """The flat module described by a source record (in a worker or a reproducer). A factory must
+    build the same weights every time: the digest recorded when the reference was computed is
+    checked, and a factory that is not seeded is one clear error instead of every format failing."""
     if record["kind"] == "factory":
         inner = prepare_module(load_factory(f"{record['file']}:{record['factory']}"))
+        if record.get("state_sha256") and state_digest(inner) != record["state_sha256"]:
+            raise UserInputError(f"{record['file']}:{record['factory']} built other weights than when the "
+                                 "reference was computed: the factory is not deterministic",
+                                 hint="seed it (torch.manual_seed) or load a checkpoint in the factory")
     elif record["kind"] in ("torchscript", "torch_export"):
         inner = load_model_file(record["file"], record["kind"])
     else:
@@ -337,21 +360,25 @@ def call_module(module, io: TorchIO, tensors: tuple):
     return module(*tensors)
 
 
-def run_reference(module, io: TorchIO, batches: list[dict]) -> tuple[list[dict], list]:
-    """Eager fp32 on the CPU without autocast: the reference outputs per batch, and
-    the output leaves of the first batch's raw result (for names and the tree)."""
+def run_reference(module, io: TorchIO, batches: list[dict], value_ranges: dict | None = None
+                  ) -> tuple[list[dict], list]:
+    """Eager fp32 on the CPU without autocast: the reference outputs per batch, and the output
+    leaves of the first batch's raw result (for names and the tree). ``value_ranges`` ({input:
+    (low, high)}): check every embedding's indices against its table, so an index out of range
+    is one error line naming the input, the range and the flag that fixes it."""
     import torch
     from torch.utils import _pytree as pytree
 
     results, first = [], None
-    with torch.no_grad(), torch.autocast("cpu", enabled=False):
-        for i, batch in enumerate(batches):
-            out = call_module(module, io, to_tensors(batch, io.inputs))
-            if i == 0:
-                first = out
-                io.outputs, io.treespec, io.memory_tree = output_names(out)
-            leaves = pytree.tree_leaves(out)
-            results.append(to_numpy(leaves, io.outputs))
+    for i, batch in enumerate(batches):
+        args = to_tensors(batch, io.inputs)
+        watch = _index_mode(dict(zip(io.inputs, args)), check=value_ranges) if value_ranges is not None else None
+        with torch.no_grad(), torch.autocast("cpu", enabled=False), watch or contextlib.nullcontext():
+            out = call_module(module, io, args)
+        if i == 0:
+            first = out
+            io.outputs, io.treespec, io.memory_tree = output_names(out)
+        results.append(to_numpy(pytree.tree_leaves(out), io.outputs))
     return results, first
 
 
@@ -362,6 +389,10 @@ def user_batch_to_numpy(batch: Any, io: TorchIO, where: str) -> dict:
 
 
 # ------------------------------------------------------------------ the module for converters and runners
+class LiveModuleUnavailable(UserInputError):
+    """The source is a live module of another process: a runner here cannot run it (``skipped``)."""
+
+
 @dataclass
 class LiveModel:
     """What an export needs: the flat module, its I/O, an example input, the profile."""
@@ -386,8 +417,8 @@ def workspace_module(ws_root: Path, live: Any = None):
     if module is None:
         module = live
     if module is None:
-        raise UserInputError("the source was a live nn.Module that exists only in the process that called "
-                             "navigator.convert; re-run it from there, or pass path/to/file.py:factory")
+        raise LiveModuleUnavailable("the source was a live nn.Module that exists only in the process that called "
+                                    "navigator.convert; re-run it from there, or pass path/to/file.py:factory")
     return module, io, record
 
 
@@ -425,3 +456,109 @@ def dims_source(signature, profile: dict | None) -> str:
                  else "None" for entry in ranges]
     return "\n".join(lines + ["dynamic_shapes = ((" + ", ".join(per_input) + ("," if len(per_input) == 1 else "")
                                + "),)"])
+
+
+# ------------------------------------------------------------------ index inputs
+# Ops through which an input keeps its values on the way to an embedding table (the ONNX
+# sources' Gather walk, navigator.sources.signature.index_bounds, does the same on the graph).
+_PASSTHROUGH = {"view", "reshape", "to", "long", "int", "type", "unsqueeze", "squeeze", "expand", "expand_as",
+                "permute", "transpose", "contiguous", "clone", "flatten", "narrow", "select", "repeat", "t",
+                "cpu", "detach", "__getitem__"}
+
+
+class _FloatIndex(Exception):
+    """An input given as floats reached an embedding's indices: it must be an integer input."""
+
+    def __init__(self, name: str, rows: int):
+        super().__init__(name)
+        self.name, self.rows = name, rows
+
+
+def _index_mode(tensors: dict, *, check: dict | None = None):
+    """A TorchFunctionMode that follows ``tensors`` (input name -> tensor) through value-preserving ops
+    to the indices of ``F.embedding`` / ``torch.embedding`` / ``table[indices]``; records
+    ``bounds[name] = rows`` of each table reached. ``check``: {name: (low, high)} the values were
+    generated in; an index out of its table then raises UserInputError naming the input and the fix."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    embedding = torch.nn.functional.embedding
+
+    class IndexInputs(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.origin = {id(t): n for n, t in tensors.items()}
+            self.keep = list(tensors.values())     # ids stay unique while the probe runs
+            self.bounds: dict[str, int] = {}
+
+        def _name(self, t):
+            return self.origin.get(id(t)) if isinstance(t, torch.Tensor) else None
+
+        def _reached(self, indices, table) -> None:
+            name = self._name(indices)
+            if name is None or not isinstance(table, torch.Tensor) or table.dim() < 1:
+                return
+            rows = int(table.shape[0])
+            self.bounds[name] = min(rows, self.bounds.get(name, rows))
+            if indices.is_floating_point():
+                raise _FloatIndex(name, rows)
+            if check is not None and indices.numel():
+                low, high = int(indices.min()), int(indices.max())
+                if low < 0 or high >= rows:
+                    given = check.get(name)
+                    used = f" (values generated in [{given[0]:g}, {given[1]:g}))" if given else ""
+                    raise UserInputError(
+                        f"input {name!r} indexes a table of {rows} rows, but the sample holds {high if high >= rows else low}"
+                        f"{used}", hint=f"--value-ranges {name}:0,{rows} (or samples with valid indices)")
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is embedding and args:
+                self._reached(args[0], args[1] if len(args) > 1 else kwargs.get("weight"))
+            elif func is torch.embedding and len(args) > 1:
+                self._reached(args[1], args[0])
+            elif getattr(func, "__name__", "") == "__getitem__" and len(args) > 1 and self._name(args[1]):
+                self._reached(args[1], args[0])   # table[indices]
+            result = func(*args, **kwargs)
+            source = self._name(args[0]) if args else None
+            if source is not None and isinstance(result, torch.Tensor) \
+                    and getattr(func, "__name__", "") in _PASSTHROUGH:
+                self.origin[id(result)] = source
+                self.keep.append(result)
+            return result
+
+    return IndexInputs()
+
+
+def find_index_inputs(module, io: TorchIO, shapes: dict, dtypes: dict) -> tuple[dict[str, int], list[str]]:
+    """(rows of the table each input indexes, inputs that must be integers though ``dtypes`` says float).
+
+    Runs ``module`` once per input found (at most once per input) on zeros of ``shapes`` under a
+    mode that follows every input to the embeddings it reaches: an input reaching one as floats
+    becomes int64 and the probe runs again. A forward that fails for another reason ends the probe
+    with what it found (the reference run reports that error)."""
+    import numpy as np
+    import torch
+
+    dtypes = dict(dtypes)
+    bounds: dict[str, int] = {}
+    now_int: list[str] = []
+    for _ in range(len(io.inputs) + 1):
+        tensors = {n: torch.from_numpy(np.zeros(shapes[n], dtype=np.dtype(dtypes.get(n, "float32")))) for n in io.inputs}
+        mode = _index_mode(tensors)
+        try:
+            with torch.no_grad(), mode:
+                call_module(module, io, tuple(tensors[n] for n in io.inputs))
+        except _FloatIndex as e:
+            dtypes[e.name] = "int64"
+            now_int.append(e.name)
+            bounds.update(mode.bounds)
+            continue
+        except Exception as e:   # noqa: BLE001 - best effort: the reference names the real error
+            log.debug("index probe stopped: %s: %s", type(e).__name__, e)
+        bounds.update(mode.bounds)
+        break
+    for name in bounds:   # an index input given as floats (cast to an integer inside) is an integer input too
+        if name not in now_int and np.dtype(dtypes.get(name, "float32")).kind == "f":
+            now_int.append(name)
+    return bounds, now_int

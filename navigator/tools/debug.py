@@ -165,6 +165,8 @@ def _fmt(v) -> str:
 
 def locate(reference, compared, samples: list[dict], rule_of) -> dict:
     """Run both sides on ``samples`` and walk ``compared``'s nodes; returns the report's core."""
+    from navigator.validators.tolerances import robust_magnitude
+
     checks: dict[str, TensorCheck] = {}
     only_here: set[str] = set()
     wanted = [t for n in compared.nodes for t in n.outputs]
@@ -177,9 +179,10 @@ def locate(reference, compared, samples: list[dict], rule_of) -> dict:
             if t not in ref:
                 only_here.add(t)
                 continue
-            if t not in checks:
-                rule = rule_of(t, str(ref[t].dtype))
-                checks[t] = TensorCheck(t, rule.mode, rule.atol, rule.rtol, rule.threshold)
+            if t not in checks:   # a default atol is scaled to the tensor as the first sample shows it
+                scale = robust_magnitude([ref[t]])
+                rule = rule_of(t, str(ref[t].dtype)).resolve(scale)
+                checks[t] = TensorCheck(t, rule.mode, rule.atol, rule.rtol, rule.threshold, scale=scale)
             compare_into(checks[t], out[t], ref[t])
     divergent = [n for n in compared.nodes if any(t in checks and not checks[t].passed for t in n.outputs)]
     compared_nodes = [n for n in compared.nodes if any(t in checks for t in n.outputs)]
@@ -267,6 +270,7 @@ def debug_workspace(workspace: str | os.PathLike, key: str, *, runner: str | Non
         if core["tensors_compared"] == 0:
             report["status"] = "not_localized"
             report["reason"] = "no intermediate tensor has the same name on both sides"
+    ws.check_no_links(below=ws.report_dir)
     path = ws.debug_report(key)
     write_text(path, json.dumps(report, indent=1, default=str) + "\n")
     report["report_path"] = str(path)

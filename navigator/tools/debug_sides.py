@@ -43,10 +43,11 @@ class TensorCheck:
     size: int = 0
     shape: list[int] | None = None
     reason: str | None = None
+    scale: float | None = None          # the reference tensor's robust magnitude a default atol is scaled by
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("name", "passed", "mode", "max_abs", "max_rel", "atol", "rtol",
-                                              "threshold", "mismatched", "size", "shape", "reason")}
+                                              "threshold", "mismatched", "size", "shape", "reason", "scale")}
 
 
 # --------------------------------------------------------------------------- comparison
@@ -109,7 +110,7 @@ def tensor_rule(name: str, dtype: str, key, cfg: dict, atol: float | None, rtol:
     r = {"": rtol} if rtol is not None else cfg.get("rtol")
     rule = rule_for(name, dtype, precision=key.precision, fmt=key.format,
                     compare=cfg.get("compare") if is_output else None, atol=a, rtol=r)
-    if rule.mode in ("cosine", "skip"):     # an output's own mode: intermediates use the tolerance rule
+    if rule.mode in ("cosine", "quantized", "skip"):   # an output's own mode: intermediates use the tolerance rule
         rule = rule_for(name, dtype, precision=key.precision, fmt=key.format, atol=a, rtol=r)
     return rule
 

@@ -108,6 +108,46 @@ class NeedsMissingPackage(_Onnx):
         raise AssertionError("must not run without its package")
 
 
+class WritesErfc(_Onnx):
+    """Rewrites every Erf-based gelu of the source as tf2onnx writes Keras' exact gelu: ``Erfc(-x/sqrt2)``,
+    an op no ONNX opset defines. The ONNX check repairs it exactly (Erfc = 1 - Erf)."""
+
+    name = "test_writes_erfc"
+    target = "onnx-erfc"
+
+    def convert(self, ctx):
+        import onnx
+        from onnx import helper
+
+        model = onnx.load(str(ctx.source))
+        nodes = []
+        for node in model.graph.node:
+            if node.op_type == "Erf":   # Erf(x) -> 1 - Erfc(x), written as Neg(Erfc(x)) + 1 … kept exact:
+                nodes += [helper.make_node("Erfc", list(node.input), [node.output[0] + "_c"], name=node.name + "_c"),
+                          helper.make_node("Sub", ["one_f", node.output[0] + "_c"], list(node.output), name=node.name)]
+            else:
+                nodes.append(node)
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+        model.graph.initializer.append(onnx.numpy_helper.from_array(__import__("numpy").array(1.0, "float32"), "one_f"))
+        onnx.save(model, str(ctx.output))
+
+
+class WritesUndefinedOp(_Onnx):
+    """Writes a graph whose first node uses an op no ONNX opset defines and nothing can repair:
+    convert must fail naming the node and the op, not verify with a runtime error."""
+
+    name = "test_writes_undefined"
+    target = "onnx-undefined"
+
+    def convert(self, ctx):
+        import onnx
+
+        model = onnx.load(str(ctx.source))
+        model.graph.node[0].op_type = "Frobnicate"
+        onnx.save(model, str(ctx.output))
+
+
 class BrokenAtImport:  # referenced by an entry point that fails to load
     pass
 

@@ -171,7 +171,7 @@ def _log_model(tmp_path: Path, value: float) -> Path:
 
 
 def test_nan_outputs_fail_verification_unless_allowed(cli, tmp_path):
-    path = _log_model(tmp_path, -2.0)   # log(x - 2) with x in [0, 1): NaN everywhere
+    path = _log_model(tmp_path, -0.5)   # log(x - 0.5) with x in [0, 1): NaN where x < 0.5
     r = _ok(cli("convert", path, "--workdir", tmp_path / "wd", *FAST), code=1)
     assert "nan" in (r.stdout + r.stderr).lower(), r.stdout + r.stderr
     ws = tmp_path / "wd" / "logm.nav.workspace"
@@ -181,12 +181,25 @@ def test_nan_outputs_fail_verification_unless_allowed(cli, tmp_path):
     assert verify["status"] == "failed" and "nan" in verify["reason"].lower(), verify
     _ok(cli("convert", path, "--workdir", tmp_path / "wd", *FAST, "--allow-nan"))
     st = yaml.safe_load((ws / "status.yaml").read_text())
-    assert st["formats"]["onnx"]["runners"]["onnxruntime-cpu"]["verify"]["status"] == "ok"
+    assert st["formats"]["onnx"]["runners"]["onnxruntime-cpu"]["verify"]["status"] == "ok"   # the finite part
+
+
+def test_nan_everywhere_allowed_is_inconclusive(cli, tmp_path):
+    """--allow-nan on an output that is NaN everywhere masks it all: nothing is compared, and the
+    verdict says so instead of ok (exit 1, like any requested target that is not verified)."""
+    path = _log_model(tmp_path, -2.0)   # log(x - 2) with x in [0, 1): NaN everywhere
+    r = _ok(cli("convert", path, "--workdir", tmp_path / "wd", *FAST, "--allow-nan"), code=1)
+    assert "not verified: onnx on onnxruntime-cpu: verification inconclusive" in r.stdout
+    st = yaml.safe_load((tmp_path / "wd" / "logm.nav.workspace" / "status.yaml").read_text())
+    verify = st["formats"]["onnx"]["runners"]["onnxruntime-cpu"]["verify"]
+    assert verify["status"] == "inconclusive" and "zero (or masked NaN) everywhere" in verify["reason"], verify
+    assert st["best"] is None
 
 
 def test_inf_outputs_that_match_the_reference_pass(cli, tmp_path):
-    """log(x + 0) at x = 0 is -inf; inf equal to the reference's inf is not an error."""
-    c = numpy_helper.from_array(np.zeros((1, 4), np.float32), "z")
+    """log(x * 0) is -inf; inf equal to the reference's inf is not an error (the other columns are
+    finite and vary, so the check can fail)."""
+    c = numpy_helper.from_array(np.array([[0.0, 1.0, 0.0, 1.0]], np.float32), "z")
     nodes = [helper.make_node("Mul", ["x", "z"], ["xz"]), helper.make_node("Log", ["xz"], ["y"])]
     model = _make(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])], [c])

@@ -27,7 +27,7 @@ def test_example_model_end_to_end(cli, tmp_path):
     assert r.returncode == 0, r.stderr + r.stdout
     ws = _ws(tmp_path, "tiny_classifier")
     st = yaml.safe_load((ws / "status.yaml").read_text())
-    assert st["schema_version"] == 1 and st["state"] == "complete"
+    assert st["schema_version"] == 2 and st["state"] == "complete"
     from navigator.workspace import schema
 
     schema.validate(st)
@@ -42,6 +42,9 @@ def test_example_model_end_to_end(cli, tmp_path):
             assert runner["profile"]["status"] == "ok"
             assert [r["batch_size"] for r in runner["profile"]["results"]][0] == 1
             assert set(runner["verify"]["outputs"]) == {"logits", "probs"}
+            for check in runner["verify"]["outputs"].values():   # each check rejected a wrong answer
+                assert check["conclusive"] is True and check["scale"] > 0.01, check
+                assert check["atol"] == pytest.approx(check["scale"] * 1e-4)
         assert (ws / "formats" / key / "reproduce.sh").is_file()
     assert st["best"]["key"] in expected and st["best"]["basis"] == "profile"
     # samples: ids bounded by the embedding table's 1000 rows

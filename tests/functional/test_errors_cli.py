@@ -146,7 +146,9 @@ def test_samples_must_lie_in_some_profile(cli, tmp_path, onnx_model):
 
     st = yaml.safe_load((tmp_path / "wd" / "token_classifier.nav.workspace" / "status.yaml").read_text())
     assert len(st["shape_profiles"]) == 2
-    assert [s["ids"] for s in st["samples"]["shapes"]] == [[2, 64], [8, 1]]
+    shapes = [s["ids"] for s in st["samples"]["shapes"]]
+    assert shapes[:2] == [[2, 64], [8, 1]]                  # the given samples, then the profiles' corners
+    assert [shapes[i] for i in st["samples"]["corners"]] == shapes[2:] == [[1, 16], [4, 128], [16, 1]]
     one_line_error(cli("convert", model, "--workdir", tmp_path / "wd2", "--shapes", "ids:8x32",
                         "--min-shapes", "ids:1x16", "--opt-shapes", "ids:2x16", "--max-shapes", "ids:4x16",
                         "--min-shapes", "ids:1x1", "--opt-shapes", "ids:8x1", "--max-shapes", "ids:16x1"),

@@ -23,7 +23,7 @@ def test_training_script_converts_at_the_end(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "best:" in r.stdout
     st = yaml.safe_load((tmp_path / "small_cnn.nav.workspace" / "status.yaml").read_text())
-    assert st["samples"]["source"] == "iterable" and st["samples"]["count"] == 2
+    assert st["samples"]["source"] == "iterable" and st["samples"]["count"] == 2 + len(st["samples"]["corners"])
     assert all(f["convert"]["status"] == "ok" for f in st["formats"].values())
 
 

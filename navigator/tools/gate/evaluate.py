@@ -100,8 +100,8 @@ def _check_format(st, key: str) -> Check:
     return Check("format", name, False, "; ".join(bad) or "no runner verified it", details)
 
 
-def _rule(st, key: str, runner_key: str, output: str, policy: GatePolicy):
-    """(OutputRule, where it came from) for one output of one (format, runner)."""
+def _rule(st, key: str, runner_key: str, output: str, policy: GatePolicy, scale: float | None):
+    """(OutputRule with an absolute atol, where it came from) for one output of one (format, runner)."""
     from navigator import formats
     from navigator.validators.tolerances import OutputRule, rule_for
 
@@ -110,7 +110,7 @@ def _rule(st, key: str, runner_key: str, output: str, policy: GatePolicy):
     spec = st.signature.output(output)
     cfg = st.config or {}
     default = rule_for(output, spec.dtype, precision=k.precision, fmt=k.format, compare=cfg.get("compare"),
-                       atol=cfg.get("atol"), rtol=cfg.get("rtol"))
+                       atol=cfg.get("atol"), rtol=cfg.get("rtol")).resolve(scale)
     recorded = fs.runners[runner_key].verify.outputs.get(output)
     if recorded is not None:
         default = OutputRule(mode=recorded.mode, atol=recorded.atol, rtol=recorded.rtol,
@@ -118,36 +118,51 @@ def _rule(st, key: str, runner_key: str, output: str, policy: GatePolicy):
     pol = policy.outputs.get(output)
     if pol is None:
         return default, "workspace"
-    base = rule_for(output, spec.dtype, precision=k.precision, fmt=k.format)
+    base = rule_for(output, spec.dtype, precision=k.precision, fmt=k.format).resolve(scale)
     return OutputRule(mode=pol.mode, atol=pol.atol if pol.atol is not None else base.atol,
                       rtol=pol.rtol if pol.rtol is not None else base.rtol, threshold=pol.threshold), "policy"
 
 
-def _stored_pairs(ws, st, key: str, runner_key: str) -> list[tuple[str, Any, Any]]:
-    """(label, outputs, reference) for every stored output file of one (format, runner)."""
+def _stored_pairs(ws, st, key: str, runner_key: str) -> list[tuple[str, Any, Any, dict]]:
+    """(label, outputs, reference, wrong answers per output) for every stored output file of one
+    (format, runner): the comparisons verification made, with the same negative controls."""
     from navigator.execution.profiling import batch_of
+    from navigator.validators import controls
     from navigator.workspace import npz
 
+    refs = {p.stem: p for p in ws.reference_files()}
+    inputs = {p.stem: npz.load(p) for p in ws.input_files() if p.stem in refs}
+    stems = list(refs)
     pairs = []
-    for ref_path in ws.reference_files():
-        reference = None
-        full = ws.output_file(key, runner_key, ref_path.stem)
+    for i, stem in enumerate(stems):
+        reference = npz.load(refs[stem])
+        feeds = inputs.get(stem, {})
+        other_stem = next((stems[j] for j in list(range(i + 1, len(stems))) + list(range(i))
+                           if {k: v.shape for k, v in inputs.get(stems[j], {}).items()}
+                           == {k: v.shape for k, v in feeds.items()}), None)
+        other = (inputs[other_stem], npz.load(refs[other_stem])) if other_stem else None
+        full = ws.output_file(key, runner_key, stem)
         if full.is_file():
-            reference = npz.load(ref_path)
-            pairs.append((f"sample {ref_path.stem}", npz.load(full), reference))
+            pairs.append((f"sample {stem}", npz.load(full), reference,
+                          controls.candidates(reference, feeds, batch_dim=st.batch_dim, other=other)))
         if st.batch_dim is None:
             continue
-        for size, path in ws.batch_outputs(key, runner_key, ref_path.stem):
-            reference = reference if reference is not None else npz.load(ref_path)
-            pairs.append((f"sample {ref_path.stem}, batch {size}", npz.load(path),
-                          batch_of(reference, st.batch_dim, size)))
+        for size, path in ws.batch_outputs(key, runner_key, stem):
+            cut = batch_of(reference, st.batch_dim, size)
+            other_cut = tuple(batch_of(x, st.batch_dim, size) for x in other) if other else None
+            pairs.append((f"sample {stem}, batch {size}", npz.load(path), cut,
+                          controls.candidates(cut, batch_of(feeds, st.batch_dim, size), batch_dim=st.batch_dim,
+                                              other=other_cut)))
     return pairs
 
 
 def _check_tolerances(ws, st, key: str, policy: GatePolicy) -> list[Check]:
+    """Re-compare the stored outputs with the reference (never trusting the recorded maxima), each
+    comparison with its negative controls: a check that could not fail fails the gate."""
     from polygraphy.logger import G_LOGGER
 
     from navigator.validators.numeric import Accumulator, compare_outputs
+    from navigator.validators.tolerances import robust_magnitude
 
     fs = st.formats.get(key)
     if fs is None or fs.convert.status != "ok":
@@ -162,13 +177,16 @@ def _check_tolerances(ws, st, key: str, policy: GatePolicy) -> list[Check]:
                                     f"runner not run here: {rs.verify.reason}", skipped=True))
             continue
         pairs = _stored_pairs(ws, st, key, rk)
-        rules = {name: _rule(st, key, rk, name, policy) for name in outputs}
-        accs = {name: Accumulator(name, rule) for name, (rule, _) in rules.items()}
+        scales = {name: robust_magnitude([ref[name] for _, _, ref, _ in pairs if name in ref]) for name in outputs}
+        rules = {name: _rule(st, key, rk, name, policy, scales[name]) for name in outputs}
+        accs = {name: Accumulator(name, rule, batch_dim=st.batch_dim, scale=scales[name])
+                for name, (rule, _) in rules.items()}
         if pairs:
             with G_LOGGER.verbosity(G_LOGGER.CRITICAL):    # Polygraphy prints a report per comparison
-                for label, out, ref in pairs:
+                for label, out, ref, cands in pairs:
                     compare_outputs(out, ref, accs, allow_nan=bool(cfg.get("allow_nan")),
-                                    error_stat=cfg.get("error_stat") or "elemwise", where=f" ({label})")
+                                    error_stat=cfg.get("error_stat") or "elemwise", where=f" ({label})",
+                                    candidates=cands)
         for name in outputs:
             rule, origin = rules[name]
             cname = f"{key} [{rk}] {name}"
@@ -184,13 +202,17 @@ def _check_tolerances(ws, st, key: str, policy: GatePolicy) -> list[Check]:
             details = c.to_dict() | {"rule_from": origin, "comparisons": len(pairs)}
             bound = (f"atol {_fmt_num(rule.atol)} / rtol {_fmt_num(rule.rtol)}" if rule.mode == "tolerance"
                      else f"{rule.mode} {_fmt_num(rule.threshold)}" if rule.threshold is not None else rule.mode)
-            if c.passed:
+            if not c.passed:
+                checks.append(Check("tolerance", cname, False, f"{c.reason} ({origin} rule: {bound})", details))
+            elif c.conclusive is False:
+                checks.append(Check("tolerance", cname, False, f"inconclusive: {c.control} ({origin} rule: {bound}); "
+                                                               f"{c.cure}", details))
+            else:
                 measured = (f"max abs {_fmt_num(c.max_abs)} / max rel {_fmt_num(c.max_rel)}"
                             if c.measured is None else f"measured {_fmt_num(c.measured)}")
-                msg = f"{measured} within {bound} ({origin} rule, {len(pairs)} stored results)"
-            else:
-                msg = f"{c.reason} ({origin} rule: {bound})"
-            checks.append(Check("tolerance", cname, c.passed, msg, details))
+                checks.append(Check("tolerance", cname, True,
+                                    f"{measured} within {bound} ({origin} rule, {len(pairs)} stored results; "
+                                    "wrong answers rejected)", details))
     return checks
 
 

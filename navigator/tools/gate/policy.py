@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from navigator.errors import UserInputError
+from navigator.validators.tolerances import MODES
 
 DEFAULT_NOISE_MARGIN = 0.03
 UNSTABLE_NOISE_MARGIN = 0.10
 FINGERPRINT_KEYS = ("python", "platform", "cpu", "cpu_count", "gpu", "device")
 FINGERPRINT_PACKAGES = ("onnxruntime", "torch", "openvino", "tensorrt")   # as deps.versions() names them
-MODES = ("tolerance", "exact", "mismatch_fraction", "cosine", "skip")
 KINDS = ("workspace", "format", "tolerance", "throughput", "latency", "regression")
 POLICY_KEYS = ("require_formats", "outputs", "min_throughput", "max_p99_ms", "max_regression", "noise_margin")
 OUTPUT_KEYS = ("mode", "atol", "rtol", "threshold")
@@ -29,7 +29,7 @@ class OutputPolicy:
     mode: str = "tolerance"
     atol: float | None = None           # None: the workspace's tolerance for the format's precision
     rtol: float | None = None
-    threshold: float | None = None      # mismatch_fraction / cosine bound
+    threshold: float | None = None      # mismatch_fraction / cosine / quantized bound
 
 
 @dataclass(frozen=True)
@@ -152,15 +152,17 @@ def _output_policy(source: str, name: str, spec: Any) -> OutputPolicy:
     atol = None if spec.get("atol") is None else _number(f"{where}.atol", spec["atol"], minimum=0.0)
     rtol = None if spec.get("rtol") is None else _number(f"{where}.rtol", spec["rtol"], minimum=0.0)
     threshold = spec.get("threshold")
-    if mode in ("mismatch_fraction", "cosine"):
+    bounds = MODES[mode]
+    if bounds is not None:
         if threshold is None:
             raise UserInputError(f"{where}: mode {mode} needs a threshold")
         threshold = _number(f"{where}.threshold", threshold)
-        low, high = (0.0, 1.0) if mode == "mismatch_fraction" else (-1.0, 1.0)
+        low, high = bounds
         if not low <= threshold <= high:
             raise UserInputError(f"{where}.threshold: must be in [{low:g}, {high:g}] for {mode}, got {threshold:g}")
     elif threshold is not None:
-        raise UserInputError(f"{where}.threshold: only mismatch_fraction and cosine take a threshold")
+        takes = ", ".join(m for m, b in MODES.items() if b is not None)
+        raise UserInputError(f"{where}.threshold: only {takes} take a threshold")
     return OutputPolicy(mode=mode, atol=atol, rtol=rtol, threshold=threshold)
 
 

@@ -1,4 +1,4 @@
-"""status.yaml v1: golden file, JSON Schema, lenient loading, migrations, atomic save."""
+"""status.yaml v2: golden file, JSON Schema, lenient loading, migrations (a real v1 file), atomic save."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ from navigator.workspace.status import (
     VerifyStep,
 )
 
-GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "status_v1.yaml"
+GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "status_v2.yaml"
+GOLDEN_V1 = Path(__file__).resolve().parents[2] / "golden" / "status_v1.yaml"
 SHA_MODEL = "a" * 64
 SHA_SAMPLES = "0123456789abcdef" * 4
 
@@ -34,7 +35,7 @@ SHA_SAMPLES = "0123456789abcdef" * 4
 def full_status() -> Status:
     """Every field set, two formats, fixed timestamps: the golden file's content."""
     return Status(
-        schema_version=1,
+        schema_version=2,
         navigator_version="0.1.0",
         created="2025-01-02T03:04:05+00:00",
         updated="2025-01-02T03:09:10+00:00",
@@ -50,8 +51,9 @@ def full_status() -> Status:
         shape_profiles=[{"ids": {"min": [1, 4], "opt": [8, 16], "max": [32, 64]},
                          "mask": {"min": [1, 4], "opt": [8, 16], "max": [32, 64]}}],
         samples=SamplesInfo(count=2, source="generated", value_ranges={"ids": [0, 1000], "mask": [0, 2]},
-                            shapes=[{"ids": [8, 16], "mask": [8, 16]}, {"ids": [1, 16], "mask": [1, 16]}],
-                            sha256=SHA_SAMPLES),
+                            shapes=[{"ids": [8, 16], "mask": [8, 16]}, {"ids": [1, 16], "mask": [1, 16]},
+                                    {"ids": [1, 4], "mask": [1, 4]}],
+                            corners=[2], sha256=SHA_SAMPLES, reference_sha256="b" * 64),
         config={"targets": ["onnx", "onnx-fp16"], "atol": None, "max_batch_size": 32, "device": "cpu"},
         formats={
             "onnx": FormatStatus(
@@ -64,11 +66,16 @@ def full_status() -> Status:
                         runner="onnxruntime", device="cpu", provider="cpu",
                         verify=VerifyStep(
                             status="ok", duration_s=0.5, batch_sizes=[1, 8], log="formats/onnx/verify.log",
+                            outputs_sha256="c" * 64,
                             outputs={
                                 "logits": OutputCheck(mode="tolerance", passed=True, max_abs=2.1e-07,
                                                       max_rel=3.0e-06, atol=1.0e-05, rtol=1.0e-05,
-                                                      min_atol=2.1e-07, min_rtol=3.0e-06),
-                                "top": OutputCheck(mode="exact", passed=True, measured=0.0),
+                                                      min_atol=2.1e-07, min_rtol=3.0e-06, scale=1.0,
+                                                      atol_rule="1e-05 x scale 1 (p99 of |reference|)",
+                                                      conclusive=True,
+                                                      control="wrong answers rejected (a zero output) in 4 of 4 "
+                                                              "comparisons"),
+                                "top": OutputCheck(mode="exact", passed=True, measured=0.0, conclusive=True),
                             },
                         ),
                         profile=ProfileStep(
@@ -104,6 +111,29 @@ def full_status() -> Status:
                 },
                 peak_rss_mb=812.5,
             ),
+            "onnx-int8": FormatStatus(
+                format="onnx", precision="int8", path="formats/onnx-int8/model.onnx", parent="onnx",
+                convert=ConvertStep(status="ok", duration_s=2.5, inputs_sha256=SHA_MODEL,
+                                    log="formats/onnx-int8/convert.log"),
+                runners={
+                    "onnxruntime-cpu": RunnerStatus(
+                        runner="onnxruntime", device="cpu", provider="cpu",
+                        verify=VerifyStep(
+                            status="inconclusive", duration_s=0.25, batch_sizes=[1, 8],
+                            reason="logits: inconclusive: the reference is the same for different inputs",
+                            outputs={
+                                "logits": OutputCheck(mode="quantized", passed=True, max_abs=0.01, max_rel=0.01,
+                                                      threshold=0.15, measured=0.01, scale=0.5, conclusive=False,
+                                                      control="the reference is the same for different inputs",
+                                                      cure="verify with trained weights or real inputs"),
+                                "top": OutputCheck(mode="mismatch_fraction", passed=True, threshold=0.05,
+                                                   measured=0.0, conclusive=True),
+                            },
+                        ),
+                        profile=ProfileStep(status="skipped", reason="verification inconclusive"),
+                    ),
+                },
+            ),
         },
         best=Best(key="onnx", runner="onnxruntime-cpu", batch_size=8, throughput=5400.25, basis="profile"),
     )
@@ -121,7 +151,7 @@ def test_dumps_matches_golden_file():
 def test_golden_file_has_the_documented_layout():
     text = GOLDEN.read_text(encoding="utf-8")
     lines = text.splitlines()
-    assert lines[0] == "schema_version: 1"
+    assert lines[0] == "schema_version: 2"
     top_keys = [line.split(":")[0] for line in lines if line and not line.startswith((" ", "-"))]
     assert top_keys == ["schema_version", "navigator_version", "created", "updated", "state", "environment",
                         "model", "signature", "batch_dim", "shape_profiles", "samples", "config", "formats",
@@ -183,7 +213,7 @@ def test_minimal_status_validates():
 
 @pytest.mark.parametrize("mutate, path, words", [
     (lambda d: d.update(state="done"), "$.state", "'done' is not one of"),
-    (lambda d: d.update(schema_version=2), "$.schema_version", "1 was expected"),
+    (lambda d: d.update(schema_version=1), "$.schema_version", "2 was expected"),
     (lambda d: d["formats"]["onnx"]["convert"].update(status="passed"), "$.formats.onnx.convert.status",
      "'passed' is not one of"),
     (lambda d: d["formats"]["onnx-fp16"]["runners"]["onnxruntime-cpu"]["verify"].update(status="error"),
@@ -238,9 +268,9 @@ def _add_unknown_keys(cls, node: dict) -> int:
 def test_unknown_keys_at_every_level_are_ignored():
     data = full_status().to_dict()
     count = _add_unknown_keys(Status, data)
-    # status, model, signature + 4 specs, samples (8); per format: format, convert, runner, verify,
+    # status, model, signature + 4 specs, samples (8); per format (3): format, convert, runner, verify,
     # 2 outputs, profile (7 each), 2 profile results of onnx; best
-    assert count == 8 + 7 + 7 + 2 + 1
+    assert count == 8 + 7 * 3 + 2 + 1
     text = yaml.safe_dump(data, sort_keys=False)
     assert text.count("x_unknown:") == count
     loaded = status.loads(text)
@@ -251,11 +281,11 @@ def test_unknown_keys_at_every_level_are_ignored():
 
 def test_newer_schema_version_is_refused():
     data = full_status().to_dict()
-    data["schema_version"] = 2
+    data["schema_version"] = 3
     with pytest.raises(UserInputError) as info:
         status.loads(yaml.safe_dump(data), source="ws/status.yaml")
     assert "newer" in str(info.value)
-    assert "schema_version 2" in str(info.value)
+    assert "schema_version 3" in str(info.value)
     assert info.value.hint == "upgrade navigator"
 
 
@@ -318,8 +348,8 @@ def test_current_version_runs_no_migration(monkeypatch):
     def boom(data):
         raise AssertionError("must not run")
 
-    monkeypatch.setattr(status, "MIGRATIONS", {0: boom})
-    assert status.migrate({"schema_version": 1, "x": 1}) == {"schema_version": 1, "x": 1}
+    monkeypatch.setattr(status, "MIGRATIONS", {0: boom, 1: boom})
+    assert status.migrate({"schema_version": 2, "x": 1}) == {"schema_version": 2, "x": 1}
 
 
 def test_migration_that_does_not_raise_the_version_is_an_error(monkeypatch):
@@ -350,7 +380,7 @@ def test_save_is_atomic(tmp_path, monkeypatch):
 
     def fail_replace(src, dst):
         assert Path(src).exists() and Path(src).parent == tmp_path  # the new text was fully written first
-        assert Path(src).read_text(encoding="utf-8").startswith("schema_version: 1\n")
+        assert Path(src).read_text(encoding="utf-8").startswith("schema_version: 2\n")
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", fail_replace)
@@ -360,3 +390,16 @@ def test_save_is_atomic(tmp_path, monkeypatch):
         status.save(changed, path)
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["status.yaml"]
+
+
+def test_a_v1_file_migrates_and_validates_as_v2():
+    """The v1 golden file (written by Navigator 0.1 before the inconclusive status) loads through
+    the v1 -> v2 migration, validates against the v2 schema once re-dumped, and keeps its content."""
+    old = yaml.safe_load(GOLDEN_V1.read_text(encoding="utf-8"))
+    assert old["schema_version"] == 1
+    loaded = status.loads(GOLDEN_V1.read_text(encoding="utf-8"))
+    assert loaded.schema_version == 2
+    assert loaded.formats["onnx"].runners["onnxruntime-cpu"].verify.outputs["logits"].max_abs == 2.1e-07
+    assert loaded.formats["onnx"].runners["onnxruntime-cpu"].verify.outputs["logits"].conclusive is None
+    schema.validate(loaded.to_dict())
+    assert old["schema_version"] == 1     # the caller's mapping is not changed by the migration
