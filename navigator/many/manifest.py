@@ -12,8 +12,9 @@ entry: options go through :func:`navigator.config.from_mapping` (the CLI's and
 ``--config-path``'s one adapter), target keys through the format registry, model paths must
 exist, and two entries may not share a workspace. Relative paths (models, ``samples``,
 ``triton_repo``, ``trt_plugins``) are relative to the manifest's folder. The file is read
-with ``yaml.safe_load`` and YAML aliases are refused. Nothing is opened or imported: a
-``file.py:factory`` is only checked to exist, so the driver never imports torch.
+by :func:`navigator.config.read_yaml` (a safe loader, YAML aliases refused, at most 1 MiB).
+Nothing is opened or imported: a ``file.py:factory`` is only checked to exist, so the driver
+never imports torch.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ def load_manifest(manifest: Any, *, workdir: str | os.PathLike | None = None) ->
     elif isinstance(manifest, (str, os.PathLike)):
         path = Path(manifest)
         source, base = str(path), path.resolve().parent
-        data = read_yaml(path, source, aliases=False)
+        data = read_yaml(path, source)     # no aliases, at most 1 MiB: as every option file
     else:
         raise UserInputError(f"manifest: expected a path to a YAML file or a mapping, got {type(manifest).__name__}")
     if not isinstance(data, dict):
