@@ -396,48 +396,27 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
 YAML_MAX_BYTES = 1 << 20     # option and policy files are small; a larger one is refused, not parsed
 
 
-def _no_alias_loader():
-    import yaml
-
-    class NoAliases(yaml.SafeLoader):
-        """safe_load without aliases: ``*name`` references let a few hundred bytes expand into
-        gigabytes (the "billion laughs"); options never need them."""
-
-        def compose_node(self, parent, index):
-            if self.check_event(yaml.AliasEvent):
-                event = self.peek_event()
-                raise yaml.YAMLError(f"YAML aliases (*{event.anchor}) are not accepted in option files "
-                                     f"(line {event.start_mark.line + 1}); write the value out")
-            return super().compose_node(parent, index)
-
-    return NoAliases
-
-
 def read_yaml(path: str | os.PathLike, source: str, *, aliases: bool = False):
     """A YAML file's content, every way of failing to read it one line naming ``source``. Aliases
-    (unless ``aliases``), files over 1 MiB and nesting deeper than Python's recursion limit are refused."""
-    import yaml
+    (unless ``aliases``), files over 1 MiB, anything but a regular file (a FIFO or a device would
+    block or never end) and nesting deeper than Python's recursion limit are refused."""
+    from navigator.workspace import yamltext
 
     p = Path(path)
     try:
+        if p.exists() and not p.is_file() and not p.is_dir():
+            raise UserInputError(f"{source}: not a regular file")
         if p.is_file() and p.stat().st_size > YAML_MAX_BYTES:
             raise UserInputError(f"{source}: {p.stat().st_size} bytes, larger than the {YAML_MAX_BYTES} an option "
                                  "file may have")
-        loader = (yaml.SafeLoader if aliases else _no_alias_loader())(p.read_text(encoding="utf-8"))
-        try:          # what yaml.safe_load does, with the loader chosen here (a SafeLoader subclass)
-            return loader.get_single_data()
-        finally:
-            loader.dispose()
-    except RecursionError:
-        raise UserInputError(f"{source}: nested too deeply to read") from None
+        text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UserInputError(f"{source}: no such file") from None
     except IsADirectoryError:
         raise UserInputError(f"{source}: is a directory, expected a YAML file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise UserInputError(f"{source}: cannot read ({e})") from None
-    except yaml.YAMLError as e:
-        raise UserInputError(f"{source}: not valid YAML ({str(e).splitlines()[0]})") from None
+    return yamltext.parse(text, source, aliases=aliases)
 
 
 def load_yaml(path: str | os.PathLike) -> dict:

@@ -40,8 +40,24 @@ def _fsync_dir(folder: Path) -> None:
 
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
-    """Open a temp file beside ``path``; on a clean exit it replaces ``path``."""
+    """Open a temp file beside ``path``; on a clean exit it replaces ``path``. What stands at
+    ``path`` must be a regular file or nothing: a device, a FIFO, a folder or a symbolic link
+    (``--junit /dev/stdout``) is never replaced by a rename (one UserInputError line)."""
+    import stat
+
+    from navigator.errors import UserInputError
+
     path = Path(path)
+    try:
+        kind = os.lstat(path).st_mode
+    except FileNotFoundError:
+        kind = None
+    except OSError as e:
+        raise UserInputError(f"{path}: cannot write ({e.strerror or e})") from None
+    if kind is not None and not stat.S_ISREG(kind):
+        what = "a symbolic link" if stat.S_ISLNK(kind) else "a folder" if stat.S_ISDIR(kind) else "not a regular file"
+        raise UserInputError(f"{path} is {what}; Navigator writes regular files only and never replaces it: "
+                             "give another path")
     path.parent.mkdir(parents=True, exist_ok=True)
     binary = "b" in mode
     try:

@@ -267,6 +267,7 @@ class Workspace:
             if path.is_symlink():
                 raise UserInputError(f"{path} is a symbolic link; Navigator never follows links inside a workspace",
                                      hint="remove the link (or pass another --workdir / --model-name)")
+        self._check_kinds()
         if not top.is_dir():
             return
         for folder, dirs, files in os.walk(top):
@@ -275,6 +276,22 @@ class Workspace:
                 if path.is_symlink():
                     raise UserInputError(f"{path} is a symbolic link; Navigator never follows links inside a "
                                          "workspace", hint="remove the link")
+
+    # entries of a workspace and the kind each must be where it exists
+    _KINDS = {"formats": "folder", "samples": "folder", "samples/inputs": "folder", "samples/reference": "folder",
+              "jobs": "folder", "report": "folder", "triton": "folder", "navigator.lock": "file",
+              "navigator.log": "file", "status.yaml": "file"}
+
+    def _check_kinds(self) -> None:
+        """An entry of the layout replaced by the other kind (``formats`` a file, ``navigator.log``
+        a folder) is one error line before anything is written, not a crash half-way."""
+        for rel, kind in self._KINDS.items():
+            path = self.root / rel
+            if not path.exists() or path.is_symlink():
+                continue
+            if (kind == "folder") != path.is_dir() or (kind == "file" and not path.is_file()):
+                raise UserInputError(f"{path} should be a {kind} of the workspace but is not",
+                                     hint="move it away (or pass another --workdir / --model-name)")
 
     def inner(self, path: str | os.PathLike) -> str:
         """A path this layout built (``stage_log`` …), relative to the root, as status.yaml stores it;

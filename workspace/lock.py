@@ -38,7 +38,11 @@ class WorkspaceLock:
             if e.errno == errno.ELOOP:
                 raise UserInputError(f"{self.path} is a symbolic link; Navigator never follows links inside a "
                                      "workspace", hint="remove the link") from None
-            raise
+            if e.errno == errno.EISDIR:
+                raise UserInputError(f"{self.path} should be a lock file but is a folder",
+                                     hint="move it away") from None
+            raise UserInputError(f"{self.path}: cannot create the lock file ({e.strerror or e})",
+                                 hint="is the folder writable, and a real folder?") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

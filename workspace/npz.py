@@ -71,8 +71,13 @@ def load(path: str | os.PathLike) -> dict:
     """Read an npz file into ``{name: ndarray}``; refuses pickled object arrays."""
     import numpy as np
 
+    import stat
+
     path = Path(path)
     try:
+        kind = os.stat(path).st_mode
+        if not (stat.S_ISREG(kind) or stat.S_ISDIR(kind)):   # a FIFO would block, a device never end
+            raise UserInputError(f"{path}: not a regular file")
         with open(path, "rb") as f:
             magic = f.read(4)
     except FileNotFoundError:

@@ -1,8 +1,9 @@
 """The JSON Schema of status.yaml v2 (``schema/status.v2.schema.json``) and a validator.
 
-The schema is for users' CI jobs and for our tests; loading a status file
-does not need it (``status.loads`` is more lenient: it ignores unknown keys
-and fills defaults). ``jsonschema`` is imported only inside :func:`validate`.
+The schema is for users' CI jobs and for our tests; loading a status file checks
+the types and values of what it holds against it (``types_only``: ``status.loads``
+fills defaults for missing keys and ignores unknown ones). ``jsonschema`` is
+imported only inside :func:`validate`.
 """
 
 from __future__ import annotations
@@ -41,8 +42,22 @@ def json_path(parts) -> str:
     return text
 
 
-def validate(data: dict, *, source: str = "status.yaml") -> None:
-    """Check a loaded status mapping against the current schema.
+@lru_cache(maxsize=1)
+def _types_only() -> dict:
+    """The schema without its ``required`` lists: the types and values of what is there."""
+    def strip(node):
+        if isinstance(node, dict):
+            return {k: strip(v) for k, v in node.items() if k != "required"}
+        if isinstance(node, list):
+            return [strip(v) for v in node]
+        return node
+
+    return strip(_schema())
+
+
+def validate(data: dict, *, source: str = "status.yaml", types_only: bool = False) -> None:
+    """Check a loaded status mapping against the current schema (``types_only``: missing keys
+    allowed, as the loader fills defaults for them).
 
     Raises ``UserInputError`` with one line naming the JSON path of the most
     relevant error (jsonschema's ``best_match``).
@@ -53,7 +68,7 @@ def validate(data: dict, *, source: str = "status.yaml") -> None:
     except ImportError:  # pragma: no cover - a test dependency
         raise DependencyMissing("jsonschema", "validating status.yaml against its schema") from None
 
-    validator = jsonschema.Draft202012Validator(_schema())
+    validator = jsonschema.Draft202012Validator(_types_only() if types_only else _schema())
     error = best_match(validator.iter_errors(data))
     if error is None:
         return

@@ -50,6 +50,7 @@ class ConvertStep(Record):
     duration_s: float | None = None
     exporter: str | None = None
     inputs_sha256: str | None = None
+    artifact_sha256: str | None = None   # of the artifact's files: a resumed run reuses only these (v2)
     log: str | None = None
 
 
@@ -363,23 +364,50 @@ def save(status: Status, path: str | os.PathLike) -> None:
 
 
 def loads(text: str, *, source: str = "status.yaml") -> Status:
-    import yaml
+    """A Status from status.yaml's text: parsed without aliases, migrated to the current version
+    and checked against its JSON Schema (where jsonschema is installed), so a hand-edited file of
+    the wrong types or shape is one "malformed status" line, never a crash further on."""
+    from navigator.errors import DependencyMissing
+    from navigator.workspace import schema, yamltext
 
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise UserInputError(f"{source}: not valid YAML ({str(e).splitlines()[0]})") from None
+    data = yamltext.parse(text, source)
     if not isinstance(data, dict):
         raise UserInputError(f"{source}: expected a mapping at the top level")
     data = migrate(data, source=source)
     try:
+        schema.validate(data, source=source, types_only=True)
+    except DependencyMissing:
+        pass
+    except UserInputError as e:
+        raise UserInputError(f"{source}: malformed status ({e.one_line().removeprefix(source + ': ')})") from None
+    try:
         status = Status.from_dict(data)
     except (TypeError, ValueError, AttributeError) as e:
         raise UserInputError(f"{source}: malformed status ({e})") from None
-    bad = _unknown_statuses(status)
+    bad = _unknown_statuses(status) + _inconsistent(status)
     if bad:
         raise UserInputError(f"{source}: malformed status ({bad[0]})")
     return status
+
+
+DIM_MAX = 2**31 - 1   # a dim of a tensor Navigator verifies or a config.pbtxt holds
+
+
+def _inconsistent(status: Status) -> list[str]:
+    """What the schema cannot say: the best format is one of the formats, batch_dim is a dim of
+    every input, dims fit the config fields they become."""
+    bad = []
+    if status.best is not None and status.best.key not in status.formats:
+        bad.append(f"best.key {status.best.key!r} is not one of the formats")
+    ranks = [len(spec.shape) for spec in status.signature.inputs]
+    if status.batch_dim is not None and any(status.batch_dim >= r for r in ranks):
+        bad.append(f"batch_dim {status.batch_dim} is not a dim of every input (ranks {ranks})")
+    dims = [d for spec in status.signature.inputs + status.signature.outputs for d in spec.shape]
+    dims += [d for profile in status.shape_profiles for corners in profile.values() if isinstance(corners, dict)
+             for shape in corners.values() if isinstance(shape, list) for d in shape]
+    if any(not isinstance(d, int) or d > DIM_MAX or d < -1 for d in dims):
+        bad.append(f"a dim of the signature or the shape profiles is not an integer in [-1, {DIM_MAX}]")
+    return bad
 
 
 def _unknown_statuses(status: Status) -> list[str]:

@@ -102,14 +102,28 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except OSError as e:
+        import errno
+
+        if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            return _internal_error(e, verbose)
+        # a read-only mount or a folder of another user: the user's setting, not a bug
+        where = f" {e.filename}" if e.filename else ""
+        print(f"error: cannot write{where}: {e.strerror or e} (a read-only or foreign folder? use another "
+              "--workdir, or copy the workspace)", file=sys.stderr)
+        return 2
     except Exception as e:
-        text = traceback.format_exc()
-        path = getattr(e, "navigator_log", None) or _write_crash_log(f"internal error in navigator {__version__}:\n{text}")
-        print(f"internal error: {type(e).__name__}: {' '.join(str(e).split())[:300]} "
-              f"(traceback in {path}; --verbose shows it)", file=sys.stderr)
-        if verbose:
-            print(text, file=sys.stderr)
-        return 3
+        return _internal_error(e, verbose)
+
+
+def _internal_error(e: Exception, verbose: bool) -> int:
+    text = "".join(traceback.format_exception(e))
+    path = getattr(e, "navigator_log", None) or _write_crash_log(f"internal error in navigator {__version__}:\n{text}")
+    print(f"internal error: {type(e).__name__}: {' '.join(str(e).split())[:300]} "
+          f"(traceback in {path}; --verbose shows it)", file=sys.stderr)
+    if verbose:
+        print(text, file=sys.stderr)
+    return 3
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from navigator.execution.jobs import ConvertResult, Event, Task
 from navigator.pipeline.context import RunContext
+from navigator.pipeline.resume import artifact_sha256
 from navigator.workspace import npz
 from navigator.workspace.status import ConvertStep, ProfileStep, RunnerStatus, VerifyStep
 
@@ -31,6 +32,8 @@ def apply_event(ctx: RunContext, event: Event) -> None:
         fs.convert = ConvertStep(status=conv.status, reason=conv.reason or ("; ".join(conv.notes) or None),
                                  duration_s=conv.duration_s, exporter=conv.exporter,
                                  inputs_sha256=fs.convert.inputs_sha256, log=rel_log)
+        if conv.status == "ok":
+            fs.convert.artifact_sha256 = artifact_sha256(ctx.ws, fs)
         fs.io_names.update(conv.io_names)
         if conv.static_shapes:
             ctx.static_keys.add(key)

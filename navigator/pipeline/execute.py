@@ -225,6 +225,7 @@ def export_source(ctx: RunContext, item, fs: FormatStatus) -> None:
         info = ctx.source.export(ctx.ws, ctx.ws.abs(fs.path)) or {}
         fs.convert = ConvertStep(status="ok", duration_s=round(time.perf_counter() - start, 4),
                                  exporter=info.get("exporter"), inputs_sha256=ctx.status.model.sha256)
+        fs.convert.artifact_sha256 = resume.artifact_sha256(ctx.ws, fs)
     except UserInputError:
         raise
     except Exception as e:

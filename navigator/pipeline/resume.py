@@ -87,6 +87,38 @@ def _outputs_unchanged(ctx: RunContext, key: str, runner_key: str, recorded: str
     return bool(recorded) and bool(files) and npz.files_sha256(files) == recorded and same_reference
 
 
+def artifact_sha256(ws, fs) -> str | None:
+    """One digest of a format's artifact: the file (its companions and ``<name>.data`` external
+    data beside it) or every file of the folder, names and bytes. A resumed run reuses a
+    conversion, and what was verified on it, only while this is unchanged: an artifact replaced
+    by hand is converted and verified again."""
+    import hashlib
+
+    from navigator import formats
+
+    if not fs.path:
+        return None
+    path = ws.abs(fs.path)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+    elif path.is_file():
+        try:
+            companions = formats.get(fs.format).companions
+        except Exception:   # a format no longer registered: its artifact alone
+            companions = ()
+        extra = [path.parent / c for c in companions] + sorted(path.parent.glob(path.name + ".*"))
+        files = [path] + [p for p in dict.fromkeys(extra) if p.is_file()]
+    else:
+        return None
+    h = hashlib.sha256(b"navigator-artifact-v1\n")
+    for f in files:
+        h.update(f.relative_to(path.parent).as_posix().encode("utf-8", "surrogateescape") + b"\0")
+        with open(f, "rb") as handle:
+            while block := handle.read(1 << 20):
+                h.update(block)
+    return h.hexdigest()
+
+
 def reuse(ctx: RunContext, item, task: Task) -> Task | None:
     """Take from the earlier record what is unchanged; returns the task left to run
     (None when nothing is). Hashes of every step are noted for the new record."""
@@ -95,7 +127,8 @@ def reuse(ctx: RunContext, item, task: Task) -> Task | None:
     fs = ctx.status.formats[item.key]
     old = ctx.resume_from.formats.get(item.key) if ctx.resume_from else None
     if old is not None and task.convert is not None and old.convert.status == "ok" \
-            and old.convert.inputs_sha256 == fs.convert.inputs_sha256 and ctx.ws.abs(fs.path).exists():
+            and old.convert.inputs_sha256 == fs.convert.inputs_sha256 and ctx.ws.abs(fs.path).exists() \
+            and old.convert.artifact_sha256 is not None and old.convert.artifact_sha256 == artifact_sha256(ctx.ws, fs):
         fs.convert = old.convert
         fs.io_names = dict(old.io_names)
         if "static shapes" in (old.convert.exporter or ""):

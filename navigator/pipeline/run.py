@@ -8,6 +8,7 @@ import logging
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from navigator import formats
@@ -102,6 +103,22 @@ def _record_unavailable(ctx: RunContext, unsupported: list[str], dropped: list[s
             status="skipped", reason=f"no converter produces {key} here (precision {k.precision})"))
 
 
+def _check_source_outside(source, ws) -> None:
+    """A model file inside the workspace it is converted into would be removed or overwritten by
+    the run that reads it (``--force``, or a fresh start): refused before anything is touched."""
+    path = getattr(source, "path", None)
+    if not path:
+        return
+    try:
+        inside = Path(str(path).split(":")[0] if ".py:" in str(path) else path).resolve().is_relative_to(ws.root)
+    except (OSError, ValueError):
+        return
+    if inside:
+        raise UserInputError(f"{path} lies inside the workspace {ws.root} it would be converted into; a fresh start "
+                             "or --force would remove it before it is read",
+                             hint="copy the model out of the workspace, or give another --model-name")
+
+
 def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_func=None,
         defer_profiles: bool = False) -> RunOutcome:
     """The whole pipeline for one model (navigator.pipeline's docstring). ``defer_profiles``:
@@ -127,6 +144,7 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
         try:
             log.info("navigator convert %s into %s (device %s)", source.path or type(source.obj).__name__, ws.root,
                      device)
+            _check_source_outside(source, ws)
             old = previous_record(ws)
             check_same_model(prep, old, config)
             previous = resumable(prep, config)

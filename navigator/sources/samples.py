@@ -102,6 +102,13 @@ def check_sample(sample: dict, signature: ModelSignature, where: str, batch_dim:
                     info = np.iinfo(want_dtype)
                     if arr.min() < info.min or arr.max() > info.max:
                         raise UserInputError(f"{where}: input '{spec.name}' has values outside {want_dtype}")
+                if arr.dtype.kind == "f" and want_dtype.kind == "f" and arr.size:
+                    finite = np.isfinite(arr)
+                    big = np.abs(arr[finite]).max(initial=0.0)
+                    if big > np.finfo(want_dtype).max:   # rounding would make inf of finite values
+                        raise UserInputError(f"{where}: input '{spec.name}' has values outside {want_dtype} "
+                                             f"(|x| up to {big:.3g}, {want_dtype} ends at "
+                                             f"{float(np.finfo(want_dtype).max):.3g})")
                 arr = arr.astype(want_dtype)
             else:
                 raise UserInputError(f"{where}: input '{spec.name}' has dtype {arr.dtype}, the model expects "

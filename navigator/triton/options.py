@@ -80,6 +80,12 @@ _BOOL_FIELDS = ("dynamic_batching", "warmup", "python_backend", "response_cache"
 _PATH_FIELDS = ("repo", "labels", "preprocess", "postprocess", "execution_env")
 
 
+# the largest value each integer field may take: config.pbtxt's field types (int32 for batch sizes,
+# counts and priorities; int64 for versions and delays); anything larger is refused, not wrapped
+_INT_MAX = {"model_version": 2**63 - 1, "max_queue_delay_us": 2**63 - 1, "queue_policy timeout_us": 2**63 - 1}
+INT32_MAX = 2**31 - 1
+
+
 def _int(key: str, value: Any, minimum: int) -> int:
     if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
         value = int(value)
@@ -87,6 +93,9 @@ def _int(key: str, value: Any, minimum: int) -> int:
         raise UserInputError(f"{_flag(key)}: expected an integer, got {value!r}")
     if value < minimum:
         raise UserInputError(f"{_flag(key)}: must be >= {minimum}, got {value}")
+    if value > _INT_MAX.get(key, INT32_MAX):
+        raise UserInputError(f"{_flag(key)}: must be <= {_INT_MAX.get(key, INT32_MAX)} (the config field's type), "
+                             f"got {value}")
     return value
 
 
@@ -204,6 +213,9 @@ def from_mapping(values: dict, *, base: TritonOptions | None = None, source: str
         elif key == "model_name":
             if not isinstance(value, str) or not value.strip():
                 raise UserInputError(f"--model-name: expected a name, got {value!r}")
+            if len(value.strip().encode("utf-8", "surrogateescape")) > 200:
+                raise UserInputError(f"--model-name: {len(value.strip())} characters; a model name is a folder "
+                                     "name of the repository: 200 bytes at most")
             changes[key] = value.strip()
         elif key == "kind":
             if value not in KINDS:

@@ -248,3 +248,135 @@ def test_serving_a_backend_this_triton_lacks_is_one_line(cli, tmp_path):
     assert "onnxruntime" in line
     (model / "config.pbtxt").write_text('name: "bert"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n')
     one_line_error(cli("serve", tmp_path / "repo", timeout=120), "'onnxruntime'", "--cpu-backends")
+
+
+def test_a_workspace_on_a_read_only_mount(tmp_path, onnx_model, monkeypatch, capsys):
+    """EROFS (or EACCES) on the first write into an existing workspace: exit 2 with the file and
+    the reason, not an internal error. (The tests run as root, so a real read-only mount or
+    chmod cannot be made here: the lock's open raises what the kernel would, a stand-in.)"""
+    import errno
+
+    from navigator.cli.main import main
+    from navigator.workspace import lock
+
+    assert main(["convert", str(onnx_model()), "--workdir", str(tmp_path / "wd"), *FAST]) == 0
+    capsys.readouterr()
+
+    def read_only(self):
+        raise OSError(errno.EROFS, "Read-only file system", str(self.path))
+
+    monkeypatch.setattr(lock.WorkspaceLock, "acquire", read_only)
+    assert main(["convert", str(onnx_model()), "--workdir", str(tmp_path / "wd"), *FAST]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: cannot write") and "navigator.lock" in err[0], err
+    assert "Read-only file system" in err[0]
+
+
+# ---------------------------------------------------------------- a second hostile pass (helper review)
+
+@pytest.fixture
+def done(tmp_path, onnx_model, cli):
+    """A finished workspace (onnx, onnx-optimized) in tmp_path/wd."""
+    r = cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--targets", "onnx,onnx-optimized",
+            "--no-profile", "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    return tmp_path / "wd" / "token_classifier.nav.workspace"
+
+
+def test_an_artifact_replaced_by_hand_is_converted_and_verified_again(cli, tmp_path, onnx_model, done):
+    """A resumed run reused a conversion, and the verdict on it, whatever file now stood there: a
+    different model was then gated and shipped as verified. The artifact's digest decides now."""
+    artifact = done / "formats" / "onnx-optimized" / "model.onnx"
+    other = onnx.load(str(artifact))
+    init = other.graph.initializer[0]
+    init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * 2 + 1, init.name))
+    onnx.save(other, str(artifact))
+    r = cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--targets", "onnx,onnx-optimized",
+            "--no-profile", "--device", "cpu")
+    assert "onnx-optimized convert" in r.stdout and "reused" not in r.stdout.split("onnx-optimized convert")[1] \
+        .splitlines()[0], r.stdout
+    st = yaml.safe_load((done / "status.yaml").read_text())
+    assert st["formats"]["onnx-optimized"]["runners"]["onnxruntime-cpu"]["verify"]["status"] == "ok"
+    assert onnx.load(str(artifact)).graph.initializer[0] != init        # rebuilt from its parent
+    again = cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--targets", "onnx,onnx-optimized",
+                "--no-profile", "--device", "cpu")
+    assert again.stdout.count("reused") >= 4, again.stdout          # unchanged now: every step reused
+
+
+def test_special_files_are_neither_read_nor_replaced(cli, tmp_path, onnx_model, done):
+    fifo = tmp_path / "cfg.fifo"
+    os.mkfifo(fifo)
+    one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd2", "--config-path", fifo, *FAST,
+                       timeout=60), "not a regular file")
+    (tmp_path / "s").mkdir()
+    os.mkfifo(tmp_path / "s" / "000.npz")
+    one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd3", "--samples", tmp_path / "s", *FAST,
+                       timeout=60), "000.npz", "not a regular file")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("require_formats: [onnx]\n")
+    one_line_error(cli("gate", done, "--policy", "/dev/zero", timeout=60), "not a regular file")
+    junit = tmp_path / "junit.fifo"
+    os.mkfifo(junit)
+    one_line_error(cli("gate", done, "--policy", policy, "--junit", junit, timeout=60), "not a regular file")
+    assert junit.is_fifo()
+    link = tmp_path / "out.md"
+    link.symlink_to(tmp_path / "elsewhere.md")
+    one_line_error(cli("gate", done, "--policy", policy, "--markdown", link, timeout=60), "symbolic link")
+    assert link.is_symlink() and not (tmp_path / "elsewhere.md").exists()
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (lambda st: st["formats"].__setitem__("onnx", None), "$.formats.onnx"),
+    (lambda st: st.__setitem__("best", dict(st["best"], throughput="fast")), "throughput"),
+    (lambda st: st.__setitem__("best", dict(st["best"], key="nosuch")), "best.key"),
+    (lambda st: st.__setitem__("batch_dim", 99), "batch_dim 99"),
+    (lambda st: st["signature"]["inputs"][0].__setitem__("shape", [-1, 10**30]), "dim"),
+])
+def test_a_hand_edited_status_of_the_wrong_shape_is_malformed(cli, done, edit, needle):
+    st = yaml.safe_load((done / "status.yaml").read_text())
+    edit(st)
+    (done / "status.yaml").write_text(yaml.safe_dump(st))
+    for args in (["status", done], ["report", done], ["triton", done]):
+        one_line_error(cli(*args, timeout=60), "malformed status", needle)
+
+
+def test_a_status_yaml_with_aliases_is_refused(cli, done):
+    text = (done / "status.yaml").read_text()
+    (done / "status.yaml").write_text("x: &a [1, 2]\ny: *a\n" + text)
+    one_line_error(cli("status", done, timeout=60), "aliases")
+
+
+@pytest.mark.parametrize("entry, kind", [("formats", "file"), ("jobs", "file"), ("navigator.lock", "folder"),
+                                         ("navigator.log", "folder")])
+def test_a_layout_entry_of_the_wrong_kind(cli, tmp_path, onnx_model, done, entry, kind):
+    import shutil
+
+    path = done / entry
+    shutil.rmtree(path) if path.is_dir() else path.unlink()
+    path.mkdir() if kind == "folder" else path.write_text("x")
+    one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", *FAST, timeout=120), entry)
+    assert yaml.safe_load((done / "status.yaml").read_text())["state"] == "complete"
+
+
+def test_force_never_removes_the_model_it_reads(cli, tmp_path, done):
+    inside = done / "formats" / "onnx-optimized" / "model.onnx"
+    one_line_error(cli("convert", inside, "--workdir", tmp_path / "wd", "--model-name", "token_classifier",
+                       *FAST, "--force"), "lies inside the workspace")
+    assert inside.is_file()
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--max-batch-size", str(2**40)], "--max-batch-size"),
+    (["--model-version", str(10**23)], "--model-version"),
+    (["--model-name", "a" * 300], "--model-name"),
+])
+def test_triton_values_beyond_the_config_fields(cli, tmp_path, done, flags, needle):
+    one_line_error(cli("triton", done, "--repo", tmp_path / "repo", *flags, timeout=60), needle)
+    assert not (tmp_path / "repo").exists() or not any((tmp_path / "repo").iterdir())
+
+
+def test_finite_samples_beyond_float32(cli, tmp_path, onnx_model):
+    (tmp_path / "s").mkdir()
+    np.savez(tmp_path / "s" / "000.npz", x=np.full((4, 8), 1e300))
+    r = cli("convert", onnx_model("scaled_mlp"), "--workdir", tmp_path / "wd", "--samples", tmp_path / "s", *FAST)
+    one_line_error(r, "'x'", "outside float32")

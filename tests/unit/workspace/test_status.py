@@ -60,6 +60,7 @@ def full_status() -> Status:
                 format="onnx", precision="fp32", path="formats/onnx/model.onnx", parent=None, isolated=False,
                 io_names={"ids": "ids", "mask": "attention_mask"},
                 convert=ConvertStep(status="ok", duration_s=1.25, exporter="copy", inputs_sha256=SHA_MODEL,
+                                    artifact_sha256="b" * 64,
                                     log="formats/onnx/convert.log"),
                 runners={
                     "onnxruntime-cpu": RunnerStatus(
@@ -91,6 +92,7 @@ def full_status() -> Status:
             "onnx-fp16": FormatStatus(
                 format="onnx", precision="fp16", path="formats/onnx-fp16/model.onnx", parent="onnx",
                 convert=ConvertStep(status="ok", duration_s=0.75, inputs_sha256=SHA_MODEL,
+                                    artifact_sha256="c" * 64,
                                     log="formats/onnx-fp16/convert.log"),
                 runners={
                     "onnxruntime-cpu": RunnerStatus(
@@ -114,6 +116,7 @@ def full_status() -> Status:
             "onnx-int8": FormatStatus(
                 format="onnx", precision="int8", path="formats/onnx-int8/model.onnx", parent="onnx",
                 convert=ConvertStep(status="ok", duration_s=2.5, inputs_sha256=SHA_MODEL,
+                                    artifact_sha256="d" * 64,
                                     log="formats/onnx-int8/convert.log"),
                 runners={
                     "onnxruntime-cpu": RunnerStatus(
