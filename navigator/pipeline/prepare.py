@@ -58,7 +58,8 @@ def prepare(model: Any, samples: Any, config: NavigatorConfig, reporter) -> Prep
     from navigator.sources import samples as samples_mod
     from navigator.sources.signature import detect_batch_dim
 
-    source = open_source(model, config.model_format, config.signature_name)
+    source = open_source(model, config.model_format, config.signature_name, task=config.task,
+                         trust_remote_code=config.trust_remote_code)
     name = config.model_name or source.name
     ws = Workspace.for_model(config.workdir, name)
     if source.signature is None:   # a framework object: its inputs come from the samples (or --shapes)
@@ -68,6 +69,7 @@ def prepare(model: Any, samples: Any, config: NavigatorConfig, reporter) -> Prep
     else:
         batch_dim = detect_batch_dim(source.signature, batch_dim=config.batch_dim, no_batching=config.no_batching)
     sig = source.signature
+    ranges = {**source.value_ranges, **(config.value_ranges or {})}   # the flags win over the source's
     info = SamplesInfo()
     if samples is not None and config.samples:
         raise UserInputError("samples given twice: as an argument and as --samples")
@@ -79,12 +81,12 @@ def prepare(model: Any, samples: Any, config: NavigatorConfig, reporter) -> Prep
         batches = samples_mod.from_folder(config.samples, sig, count=config.sample_count, batch_dim=batch_dim)
         info.source = "folder"
     else:
-        batches = samples_mod.generate(sig, shapes=list(config.shapes or []) or None,
-                                       count=config.sample_count or samples_mod.DEFAULT_GENERATED,
-                                       value_ranges=config.value_ranges, dtypes=config.dtypes,
-                                       bounds=source.index_bounds, batch_dim=batch_dim, seed=config.seed)
+        batches = source.generate(sig, shapes=list(config.shapes or []) or None,
+                                  count=config.sample_count or samples_mod.DEFAULT_GENERATED,
+                                  value_ranges=ranges, dtypes=config.dtypes,
+                                  bounds=source.index_bounds, batch_dim=batch_dim, seed=config.seed)
         info.source = "generated"
-        info.value_ranges = {spec.name: list(samples_mod.value_range(spec, config.value_ranges or {},
+        info.value_ranges = {spec.name: list(samples_mod.value_range(spec, ranges,
                                                                       source.index_bounds,
                                                                       (config.dtypes or {}).get(spec.name)))
                              for spec in sig.inputs}
@@ -99,13 +101,13 @@ def prepare(model: Any, samples: Any, config: NavigatorConfig, reporter) -> Prep
                 raise UserInputError(f"sample {i} ({shapes}) lies outside every shape profile; widen "
                                      "--min-shapes/--max-shapes or give samples inside them")
     else:
-        profile, warnings = samples_mod.derive_profile(sig, batches, batch_dim=batch_dim,
-                                                       max_batch_size=config.max_batch_size)
+        profile, warnings = source.derive_profile(sig, batches, batch_dim=batch_dim,
+                                                  max_batch_size=config.max_batch_size)
         profiles = [profile]
     for w in warnings + list(source.notes):
         log.warning("%s", w)
         reporter.warn(w)
-    corners = _add_corners(batches, sig, profiles, batch_dim, source, config, info)
+    corners = _add_corners(batches, sig, profiles, batch_dim, source, config, info, ranges)
     reference = None
     if hasattr(source, "complete"):   # the reference is computed here (torch); a corner it refuses is dropped
         reference, refused = source.complete(batches, batch_dim, corners=corners,
@@ -117,7 +119,8 @@ def prepare(model: Any, samples: Any, config: NavigatorConfig, reporter) -> Prep
                     samples_info=info, warnings=warnings, reference=reference)
 
 
-def _add_corners(batches: list[dict], sig, profiles: list[dict], batch_dim, source, config, info) -> list[int]:
+def _add_corners(batches: list[dict], sig, profiles: list[dict], batch_dim, source, config, info,
+                 ranges: dict) -> list[int]:
     """Generated samples at each shape profile's min / max corner that the samples do not cover
     (navigator.sources.samples.corner_shapes), appended to ``batches``; returns their indices."""
     from navigator.sources import samples as samples_mod
@@ -125,14 +128,13 @@ def _add_corners(batches: list[dict], sig, profiles: list[dict], batch_dim, sour
     shapes = samples_mod.corner_shapes(sig, profiles, batches, batch_dim)
     corners = []
     for k, shape in enumerate(shapes):
-        (batch,) = samples_mod.generate(sig, shapes=[shape], count=1, value_ranges=config.value_ranges,
-                                        dtypes=config.dtypes, bounds=source.index_bounds, batch_dim=batch_dim,
-                                        seed=(config.seed or 0) + 1000 + k)
+        (batch,) = source.generate(sig, shapes=[shape], count=1, value_ranges=ranges, dtypes=config.dtypes,
+                                   bounds=source.index_bounds, batch_dim=batch_dim,
+                                   seed=(config.seed or 0) + 1000 + k)
         corners.append(len(batches))
         batches.append(batch)
     if corners and not info.value_ranges:   # what the corners were generated in
-        info.value_ranges = {spec.name: list(samples_mod.value_range(spec, config.value_ranges or {},
-                                                                      source.index_bounds,
+        info.value_ranges = {spec.name: list(samples_mod.value_range(spec, ranges, source.index_bounds,
                                                                       (config.dtypes or {}).get(spec.name)))
                              for spec in sig.inputs}
     if corners:
@@ -190,7 +192,8 @@ def write_workspace(prep: Prepared, config: NavigatorConfig, device: str, *, kee
         npz.save(ws.sample_file("reference", i), outputs)
     st = Status(
         model=ModelInfo(name=ws.name, source_format=source.format,
-                        path=str(source.path.resolve()) if source.path else None, sha256=source.sha256()),
+                        path=str(source.path.resolve()) if source.path else None, sha256=source.sha256(),
+                        huggingface=getattr(source, "huggingface", None) or None),
         navigator_version=__version__, state="running", environment=environment(device),
         signature=source.signature, batch_dim=prep.batch_dim, shape_profiles=prep.profiles,
         samples=prep.samples_info, config=config.to_dict(),

@@ -310,6 +310,10 @@ def rebuild(record: dict, io: TorchIO):
         inner = prepare_module(load_factory(f"{record['file']}:{record['factory']}"))
     elif record["kind"] in ("torchscript", "torch_export"):
         inner = load_model_file(record["file"], record["kind"])
+    elif record["kind"] == "huggingface":   # a save_pretrained folder (navigator.sources.huggingface)
+        from navigator.sources import hf_support
+
+        inner = hf_support.rebuild(record)
     else:
         return None
     return flat_module(inner, io)
