@@ -114,7 +114,25 @@ class NavigatorConfig:
             out[f.name] = value
         return out
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "NavigatorConfig":
+        """The config :meth:`to_dict` wrote (a worker gets the run's effective options this way):
+        lists back to tuples where the field is a tuple; unknown keys are an error."""
+        values = {}
+        for f in dataclasses.fields(cls):
+            if f.name not in data:
+                continue
+            value = data[f.name]
+            if isinstance(value, list) and "tuple" in str(f.type):
+                value = tuple(tuple(v) if isinstance(v, list) and f.name in _NESTED_TUPLES else v for v in value)
+            values[f.name] = value
+        unknown = set(data) - set(values)
+        if unknown:
+            raise ValueError(f"unknown config keys {sorted(unknown)}")
+        return cls(**values)
 
+
+_NESTED_TUPLES = ()     # tuple fields whose items are tuples too (none: shapes are dicts of lists)
 _FIELDS = {f.name: f for f in dataclasses.fields(NavigatorConfig)}
 # spellings accepted besides the field names
 _ALIASES = {"target_formats": "targets", "config_path": None, "verbose": None, "quiet": None}

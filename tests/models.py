@@ -113,6 +113,133 @@ def small_cnn(channels: int = 8, classes: int = 4, seed: int = 3) -> onnx.ModelP
                   [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", classes])], inits)
 
 
+DETECTOR_SIZE = 128     # tiny_detector's square input (the letterbox target)
+DETECTOR_TOPK = 20      # detections kept per image by DETECT_POST
+
+
+def tiny_detector(channels: int = 32, seed: int = 5) -> onnx.ModelProto:
+    """A detection-shaped net: images [batch, 3, 128, 128] (static H, W as YOLO exports are) ->
+    boxes [batch, 256, 4] (cx, cy, w, h in input pixels) and scores [batch, 256], one anchor per
+    cell of a 16x16 grid. Two 3x3 convs of 32 channels at full resolution make it the heavy step
+    of its ensemble (~10 ms per image on this CPU), so a dynamic batcher in front of it sees a
+    queue while a light preprocess feeds it."""
+    rng = np.random.default_rng(seed)
+    s, grid, stride = DETECTOR_SIZE, DETECTOR_SIZE // 8, 8
+    gy, gx = np.meshgrid(np.arange(grid, dtype=np.float32), np.arange(grid, dtype=np.float32), indexing="ij")
+    offsets = np.stack([gx.reshape(-1), gy.reshape(-1)], -1)[None]          # [1, 256, 2] cell corners
+    inits = [numpy_helper.from_array((rng.standard_normal((channels, 3, 3, 3)) * 0.3).astype(np.float32), "w1"),
+             numpy_helper.from_array((rng.standard_normal((channels, channels, 3, 3)) * 0.1).astype(np.float32),
+                                     "w2"),
+             numpy_helper.from_array((rng.standard_normal((5, channels, 8, 8)) * 0.01).astype(np.float32), "head"),
+             numpy_helper.from_array(np.array([0, 5, grid * grid], np.int64), "flat"),
+             numpy_helper.from_array(offsets, "cells"),
+             numpy_helper.from_array(np.array(float(stride), np.float32), "stride"),
+             numpy_helper.from_array(np.array([2, 2, 1], np.int64), "split"),
+             numpy_helper.from_array(np.array([2], np.int64), "last")]
+    nodes = [helper.make_node("Conv", ["images", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("Conv", ["r2", "head"], ["raw"], strides=[stride, stride]),    # [B, 5, 16, 16]
+             helper.make_node("Reshape", ["raw", "flat"], ["raw_flat"]),                       # [B, 5, 256]
+             helper.make_node("Transpose", ["raw_flat"], ["per_anchor"], perm=[0, 2, 1]),      # [B, 256, 5]
+             helper.make_node("Split", ["per_anchor", "split"], ["xy_raw", "wh_raw", "score_raw"], axis=2),
+             helper.make_node("Sigmoid", ["xy_raw"], ["xy_sig"]),
+             helper.make_node("Add", ["xy_sig", "cells"], ["xy_cell"]),
+             helper.make_node("Mul", ["xy_cell", "stride"], ["xy"]),
+             helper.make_node("Exp", ["wh_raw"], ["wh_exp"]),
+             helper.make_node("Mul", ["wh_exp", "stride"], ["wh"]),
+             helper.make_node("Concat", ["xy", "wh"], ["boxes"], axis=2),
+             helper.make_node("Sigmoid", ["score_raw"], ["score_sig"]),
+             helper.make_node("Squeeze", ["score_sig", "last"], ["scores"])]
+    return _model(nodes, [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, s, s])],
+                  [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, ["batch", grid * grid, 4]),
+                   helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["batch", grid * grid])], inits,
+                  name="tiny_detector")
+
+
+# The detection pipeline's steps (a YOLO-style deployment): raw uint8 HWC images of any size in,
+# letterboxed to 128x128 with the scale and padding kept; postprocess decodes the boxes, undoes
+# the letterbox with preprocess's scale and padding (a pre -> post edge) and runs NMS in numpy.
+DETECT_PRE = '''
+import math
+
+import numpy as np
+
+SIZE = 128
+
+
+def example_inputs():
+    """Two batches of different image sizes: the height and width vary, the channels do not."""
+    rng = np.random.default_rng(0)
+    return [{"image": rng.integers(0, 256, size=(2, 96, 120, 3), dtype=np.uint8)},
+            {"image": rng.integers(0, 256, size=(3, 128, 80, 3), dtype=np.uint8)}]
+
+
+def letterbox(image):
+    """One HWC uint8 image -> CHW float32 in [0, 1] of SIZE x SIZE (nearest resize, grey padding),
+    the scale and the (x, y) padding."""
+    h, w = image.shape[:2]
+    scale = min(SIZE / h, SIZE / w)
+    nh, nw = max(1, int(math.floor(h * scale + 0.5))), max(1, int(math.floor(w * scale + 0.5)))
+    rows = np.minimum((np.arange(nh) / scale).astype(np.int64), h - 1)
+    cols = np.minimum((np.arange(nw) / scale).astype(np.int64), w - 1)
+    top, left = (SIZE - nh) // 2, (SIZE - nw) // 2
+    canvas = np.full((SIZE, SIZE, 3), 114, np.uint8)
+    canvas[top:top + nh, left:left + nw] = image[rows][:, cols]
+    return canvas.transpose(2, 0, 1).astype(np.float32) / 255.0, scale, (left, top)
+
+
+def preprocess(image):
+    out = [letterbox(im) for im in image]
+    return {"images": np.stack([o[0] for o in out]),
+            "scale": np.array([o[1] for o in out], np.float32),
+            "pad": np.array([o[2] for o in out], np.float32)}
+'''
+
+DETECT_POST = '''
+import numpy as np
+
+SCORE_MIN, IOU_MAX, TOPK = 0.58, 0.3, %d
+
+
+def nms(boxes, scores):
+    """Greedy non-maximum suppression: indices kept, best first."""
+    order = np.argsort(-scores, kind="stable")
+    keep = []
+    while order.size and len(keep) < TOPK:
+        i, rest = order[0], order[1:]
+        keep.append(i)
+        x1 = np.maximum(boxes[i, 0], boxes[rest, 0])
+        y1 = np.maximum(boxes[i, 1], boxes[rest, 1])
+        x2 = np.minimum(boxes[i, 2], boxes[rest, 2])
+        y2 = np.minimum(boxes[i, 3], boxes[rest, 3])
+        inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
+        area = lambda b: (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])
+        iou = inter / (area(boxes[i]) + area(boxes[rest]) - inter + 1e-9)
+        order = rest[iou <= IOU_MAX]
+    return np.array(keep, np.int64)
+
+
+def postprocess(boxes, scores, scale, pad):
+    """Boxes in the original image's pixels (x1, y1, x2, y2), TOPK per image, zero-padded."""
+    n = boxes.shape[0]
+    out_boxes = np.zeros((n, TOPK, 4), np.float32)
+    out_scores = np.zeros((n, TOPK), np.float32)
+    count = np.zeros((n,), np.int32)
+    for b in range(n):
+        xyxy = np.concatenate([boxes[b, :, :2] - boxes[b, :, 2:] / 2, boxes[b, :, :2] + boxes[b, :, 2:] / 2], -1)
+        xyxy = (xyxy - np.tile(pad[b], 2)) / scale[b]
+        mask = scores[b] >= SCORE_MIN
+        cand, cand_scores = xyxy[mask], scores[b][mask]
+        keep = nms(cand, cand_scores)
+        out_boxes[b, :len(keep)] = cand[keep]
+        out_scores[b, :len(keep)] = cand_scores[keep]
+        count[b] = len(keep)
+    return {"detections": out_boxes, "confidences": out_scores, "count": count}
+''' % DETECTOR_TOPK
+
+
 # Ensemble steps for the Triton tests: uint8 pixels in, label and score out.
 ENSEMBLE_PRE = '''
 import numpy as np
@@ -220,7 +347,7 @@ def save(model: onnx.ModelProto, path: Path) -> Path:
 
 ALL = {"token_classifier": token_classifier, "topk_model": topk_model, "foldable_mlp": foldable_mlp,
        "small_cnn": small_cnn, "scaled_mlp": scaled_mlp, "rope_positions": rope_positions, "erfc_gelu": erfc_gelu,
-       "erf_gelu": erf_gelu}
+       "erf_gelu": erf_gelu, "tiny_detector": tiny_detector}
 
 if __name__ == "__main__":
     out = Path(sys.argv[1] if len(sys.argv) > 1 else ".")

@@ -215,6 +215,25 @@ class Workspace:
     def reference_file(self, sample: str) -> Path:
         return self.reference_dir / f"{sample}.npz"
 
+    def check_no_links(self, *, below: str | os.PathLike | None = None) -> None:
+        """Refuse a workspace (or the part of it ``below``) that holds a symbolic link: every file
+        Navigator writes lies inside the workspace, and a link there (``samples/`` pointing at
+        another folder, ``navigator.log`` at another file) would lead a write astray.
+        UserInputError naming the first link found."""
+        top = self.root if below is None else Path(below)
+        for path in [self.root] + ([top] if top != self.root else []):
+            if path.is_symlink():
+                raise UserInputError(f"{path} is a symbolic link; Navigator never follows links inside a workspace",
+                                     hint="remove the link (or pass another --workdir / --model-name)")
+        if not top.is_dir():
+            return
+        for folder, dirs, files in os.walk(top):
+            for name in dirs + files:
+                path = Path(folder) / name
+                if path.is_symlink():
+                    raise UserInputError(f"{path} is a symbolic link; Navigator never follows links inside a "
+                                         "workspace", hint="remove the link")
+
     def inner(self, path: str | os.PathLike) -> str:
         """A path this layout built (``stage_log`` …), relative to the root, as status.yaml stores it;
         no symlink is followed."""

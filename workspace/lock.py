@@ -6,16 +6,20 @@ blocks: only a live run does.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from pathlib import Path
 
-from navigator.errors import WorkspaceBusy
+from navigator.errors import UserInputError, WorkspaceBusy
 
 
 class WorkspaceLock:
-    def __init__(self, path: str | os.PathLike):
+    """``what``: how the busy message names the locked thing (default: the workspace, the lock's folder)."""
+
+    def __init__(self, path: str | os.PathLike, what: str | None = None):
         self.path = Path(path)
+        self.what = what
         self._fd: int | None = None
 
     def acquire(self) -> "WorkspaceLock":
@@ -23,7 +27,14 @@ class WorkspaceLock:
             raise RuntimeError(f"{self.path}: this WorkspaceLock is already held")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # os.open's descriptors are not inherited (PEP 446): worker subprocesses never hold the lock.
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        # O_NOFOLLOW: a navigator.lock replaced by a symlink must not get the pid written into its target.
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise UserInputError(f"{self.path} is a symbolic link; Navigator never follows links inside a "
+                                     "workspace", hint="remove the link") from None
+            raise
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -31,10 +42,9 @@ class WorkspaceLock:
                 holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
             finally:
                 os.close(fd)
-            raise WorkspaceBusy(
-                f"workspace {self.path.parent} is in use by another navigator run (pid {holder})",
-                hint="wait for it to finish, or use another --workdir",
-            ) from None
+            what = self.what or f"workspace {self.path.parent}"
+            raise WorkspaceBusy(f"{what} is in use by another navigator run (pid {holder})",
+                                hint="wait for it to finish, or use another --workdir") from None
         except BaseException:
             os.close(fd)
             raise

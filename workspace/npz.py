@@ -65,6 +65,20 @@ def load(path: str | os.PathLike) -> dict:
         raise UserInputError(f"{path}: not a readable npz file ({type(e).__name__}: {e})") from None
 
 
+def files_sha256(paths) -> str:
+    """One digest of stored npz files (their names and bytes): what a resumed run checks before it
+    trusts files an earlier run wrote (an edited reference or output file is not reused)."""
+    import hashlib
+
+    h = hashlib.sha256(b"navigator-npz-files-v1\n")
+    for path in sorted(Path(p) for p in paths):
+        h.update(path.name.encode("utf-8", "surrogateescape") + b"\0")
+        with open(path, "rb") as f:
+            while block := f.read(1 << 20):
+                h.update(block)
+    return h.hexdigest()
+
+
 def load_folder(folder: str | os.PathLike) -> list[dict]:
     """Every ``*.npz`` of ``folder`` in name order."""
     folder = Path(folder)

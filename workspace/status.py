@@ -85,6 +85,7 @@ class VerifyStep(Record):
     outputs: dict[str, OutputCheck] = field(default_factory=dict)
     load_s: float | None = None        # loading the runner (and compiling, for torch_compile)
     inputs_sha256: str | None = None   # what the verdict depends on: a re-run with the same reuses it
+    outputs_sha256: str | None = None  # of the outputs it stored: reused only while they are unchanged (v2)
     log: str | None = None
 
     _nested: ClassVar = {"outputs": (OutputCheck, "dict")}
@@ -175,6 +176,7 @@ class SamplesInfo(Record):
     corners: list[int] = field(default_factory=list)   # stored batches at a shape profile's min / max (v2)
     sha256: str | None = None
     reference: dict | None = None      # {key, runner[, options]}: where the reference outputs came from
+    reference_sha256: str | None = None   # of the stored reference files: a resumed run reuses only these (v2)
 
 
 @dataclass
@@ -219,6 +221,35 @@ class ServingConfig(Record):
 
 
 @dataclass
+class ServingStep(Record):
+    """One step of a profiled ensemble, as it ran in the probe that picked the step to search
+    (Triton's statistics over the probe: busy share, queueing and batches)."""
+
+    name: str
+    role: str = "step"                 # preprocess | model | postprocess | step (a hand-written one)
+    instances: int = 1
+    max_batch_size: int = 0
+    utilization: float | None = None   # compute time / (probe time x instances): 1.0 = always busy
+    queue_ms: float | None = None      # average queueing per request
+    compute_ms: float | None = None    # average compute per execution (one batch)
+    batch_size: float | None = None    # average requests per execution
+
+
+@dataclass
+class ServingEnsemble(Record):
+    """``serving.ensemble``: the ensemble was measured end to end, one step's configuration
+    searched (and applied); the others ran as the repository configures them."""
+
+    name: str
+    searched: str                      # the step model whose configuration was searched
+    role: str = "model"
+    reason: str | None = None          # --step, or the probe's bottleneck
+    steps: list[ServingStep] = field(default_factory=list)
+
+    _nested: ClassVar = {"steps": (ServingStep, "list")}
+
+
+@dataclass
 class ServingStatus(Record):
     """``serving:`` (optional): the last serving profile / configuration search."""
 
@@ -242,10 +273,12 @@ class ServingStatus(Record):
     skipped: list[str] = field(default_factory=list)        # "name: reason" not measured (budget, sweep stop)
     ranked: list[str] = field(default_factory=list)         # configuration names, best first
     chosen: str | None = None
-    applied: str | None = None         # config.pbtxt that --apply wrote
+    applied: str | None = None         # config.pbtxt that --apply wrote (the searched step's)
     files: dict[str, str] = field(default_factory=dict)     # what -> workspace-relative path
+    setup_s: float | None = None       # scratch repository, server start, model loads: outside the budget
+    ensemble: ServingEnsemble | None = None   # set when an ensemble was profiled
 
-    _nested: ClassVar = {"configurations": (ServingConfig, "list")}
+    _nested: ClassVar = {"configurations": (ServingConfig, "list"), "ensemble": (ServingEnsemble, "one")}
 
 
 @dataclass

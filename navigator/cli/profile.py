@@ -13,8 +13,11 @@ stop at --budget-s and record what they skipped. Results: WS/serving/ (ranked.cs
 results.csv/json, chosen.config.pbtxt, PNG plots, model_analyzer.yaml,
 perf_analyzer.sh, perf_input.json), status.yaml `serving:`, WS/report/summary.md.
 --apply [REPO] writes the chosen instance_group/max_batch_size/dynamic_batching into
-REPO's config.pbtxt (default WS/triton/). Exit 1 when no configuration meets the
-constraints.
+REPO's config.pbtxt (default WS/triton/). When that repository holds the model as an
+ensemble (navigator triton --preprocess/--postprocess), the ensemble is measured end to
+end and one step is searched (--step; auto: the busiest in a probe) and applied.
+--budget-s bounds the measuring; server start and model loads are not counted.
+Exit 1 when no configuration meets the constraints.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     m.add_argument("--measurement-ms", type=int, default=2000, metavar="MS",
                    help="measurement window (default 2000; Perf Analyzer's is 5000)")
     m.add_argument("--budget-s", type=float, default=300.0, metavar="S",
-                   help="time budget of the whole run, server start included (default 300)")
+                   help="time budget of the measuring (default 300); emitting the scratch repository, starting the server and loading each configuration are not counted")
     m.add_argument("--perf-analyzer", choices=["auto", "on", "off"], default="auto",
                    help="the real perf_analyzer when present (auto), required (on), or navigator's load generator "
                         "(off)")
@@ -79,8 +82,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--queue-delays-us", metavar="US,…",
                    help="dynamic batcher max_queue_delay_microseconds values; 'none' = no dynamic batching "
                         "(default 0)")
+    c.add_argument("--step", default="auto", metavar="auto|model|preprocess|postprocess|NAME",
+                   help="when the repository holds the workspace's model as an ensemble: the step whose configuration "
+                        "is searched (default auto: the busiest step in a probe of the ensemble)")
     c.add_argument("--apply", nargs="?", const="", default=None, metavar="REPO",
-                   help="write the chosen settings into REPO's config.pbtxt (default WS/triton/), atomically")
+                   help="write the chosen settings into REPO's config.pbtxt (default WS/triton/; for an ensemble the "
+                        "searched step's, with the ensemble's max_batch_size kept at most the step's), atomically")
 
 
 def options_from_args(args: argparse.Namespace):
@@ -95,7 +102,7 @@ def options_from_args(args: argparse.Namespace):
         max_batch_sizes=_ints(args.max_batch_sizes, "--max-batch-sizes") if args.max_batch_sizes else None,
         queue_delays_us=(_ints(args.queue_delays_us, "--queue-delays-us", allow_none=True)
                          if args.queue_delays_us else None),
-        apply=args.apply, tritonserver=args.tritonserver)
+        apply=args.apply, tritonserver=args.tritonserver, step=args.step)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -65,11 +65,22 @@ class RunnerTask(Record):
 
 
 @dataclass
+class PrepareSpec(Record):
+    """A source prepared in a worker (``file.py:factory``: user code never runs in the calling
+    process): open it, take or generate its samples, compute the reference, into ``out``."""
+
+    model: str                           # the factory spec
+    config: dict = field(default_factory=dict)   # NavigatorConfig.to_dict() of the run
+    out: str = ""                        # folder for the samples, reference and prepared.json
+    samples: str | None = None           # folder of user batches staged by the parent, if any
+
+
+@dataclass
 class Task(Record):
     """One unit of a job: a format's convert -> verify -> profile (``kind: format``), or the
     reference outputs computed with one runner (``kind: reference``)."""
 
-    kind: str                            # format | reference
+    kind: str                            # format | reference | prepare
     key: str
     artifact: str                        # workspace-relative
     io_names: dict[str, str] = field(default_factory=dict)   # our name -> name inside the artifact
@@ -81,10 +92,11 @@ class Task(Record):
     profile: ProfileSpec | None = None
     reference_runner: RunnerTask | None = None                # kind reference
     optional: list[str] = field(default_factory=list)         # kind reference: samples it may leave out
+    prepare: PrepareSpec | None = None                        # kind prepare
 
     _nested: ClassVar = {"convert": (ConvertSpec, "one"), "runners": (RunnerTask, "list"),
                          "verify": (VerifySpec, "one"), "profile": (ProfileSpec, "one"),
-                         "reference_runner": (RunnerTask, "one")}
+                         "reference_runner": (RunnerTask, "one"), "prepare": (PrepareSpec, "one")}
 
     def static(self) -> "Task":
         """This task for an artifact exported with static shapes: the samples' shapes only."""

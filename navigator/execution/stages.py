@@ -168,7 +168,9 @@ def run_verify(ws, task: Task, spec: RunnerTask, io_names: dict, live: Any = Non
     checks = {name: acc.result().to_dict() for name, acc in accs.items()}
     for name, c in checks.items():
         log.info("%s: %s", name, c)
-    result = verdict(checks) | {"batch_sizes": sorted(sizes_used), "outputs": checks, "load_s": round(load_s, 4)}
+    stored = sorted(ws.outputs_dir(task.key, spec.key).glob("*.npz"))
+    result = verdict(checks) | {"batch_sizes": sorted(sizes_used), "outputs": checks, "load_s": round(load_s, 4),
+                                "outputs_sha256": npz.files_sha256(stored)}
     return result, runner
 
 

@@ -120,6 +120,14 @@ def run_job(job: Job) -> int:
     ws = Workspace(Path(job.workspace))
     events = Events(job.events)
     for i, task in enumerate(job.tasks):
+        if task.kind == "prepare":   # a factory source, opened here rather than in the calling process
+            from navigator.pipeline.prepare import run_prepare
+
+            result = _run_stage(events, i, task.key, "prepare", None, lambda: run_prepare(task),
+                                Path(task.prepare.out).parent / "prepare-stage.log")
+            if result["status"] != "ok":
+                return 1
+            continue
         if task.kind == "reference":
             result = _run_stage(events, i, task.key, "reference", None,
                                 lambda: stages.run_reference(ws, task, job.live), ws.reference_log)

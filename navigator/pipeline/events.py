@@ -19,6 +19,7 @@ def apply_event(ctx: RunContext, event: Event) -> None:
         if result.get("status") == "ok":
             _drop_samples(ctx, [d["sample"] for d in result.get("dropped") or []], result.get("dropped") or [])
             refine_output_dims(ctx)
+            ctx.status.samples.reference_sha256 = npz.files_sha256(ctx.ws.reference_files())
         ctx.reporter.step_end("reference", event.stage, None, result)
         ctx.save()
         return

@@ -17,6 +17,7 @@ from navigator.pipeline.dispatch import run_job, run_job_in_process
 from navigator.pipeline.events import explain_skips, skip_runners
 from navigator.pipeline.reproduce import write_reproduce
 from navigator.pipeline.tasks import format_task, reference_task, runner_specs, sys_path_for
+from navigator.workspace import npz
 from navigator.workspace.status import ConvertStep, FormatStatus, ProfileStep, RunnerStatus, VerifyStep
 
 log = logging.getLogger(__name__)
@@ -125,7 +126,10 @@ def run_item(ctx: RunContext, item, *, convert: bool = True, verify: bool = True
         write_reproduce(ctx, item, fs, task)
     reference_kept = (item.converter is None and ctx.resume_from is not None
                       and ctx.resume_from.samples.reference == st.samples.reference
-                      and len(ctx.ws.reference_files()) == st.samples.count)
+                      and len(ctx.ws.reference_files()) == st.samples.count
+                      and ctx.resume_from.samples.reference_sha256 == npz.files_sha256(ctx.ws.reference_files()))
+    if reference_kept:
+        st.samples.reference_sha256 = ctx.resume_from.samples.reference_sha256
     task = resume.reuse(ctx, item, task)
     if task is None:   # every step of this format is unchanged since the last run
         old = ctx.resume_from.formats.get(item.key) if ctx.resume_from else None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from pathlib import Path
 from typing import Any
 
 from navigator import deps
@@ -53,13 +54,30 @@ def environment(device: str) -> dict:
 
 def prepare(model: Any, samples: Any, config: NavigatorConfig, reporter) -> Prepared:
     """Open the source, read its signature, pick the workspace, take or generate
-    the samples and derive the shape profiles. Writes nothing yet."""
-    from navigator.sources import open_source
+    the samples and derive the shape profiles. Writes nothing into the workspace yet.
+    A ``file.py:factory`` source and a Hugging Face folder are prepared in a worker
+    (:func:`prepare_in_worker`): the user's code (and a model's weights) never load in the
+    calling process."""
+    from navigator.sources import is_factory_spec, is_hf_folder_spec, open_source
+
+    if is_factory_spec(model):
+        return prepare_in_worker(model, samples, config, reporter)
+    if is_hf_folder_spec(model, config.model_format):
+        from navigator.sources import hf_support
+
+        if config.task is not None and config.task not in hf_support.TASKS:   # said before a worker starts
+            raise UserInputError(f"--task {config.task!r} is not supported; supported tasks: {hf_support.supported()}")
+        return prepare_in_worker(str(Path(model)), samples, config, reporter)
+    source = open_source(model, config.model_format, config.signature_name, task=config.task,
+                         trust_remote_code=config.trust_remote_code)
+    return prepare_source(source, samples, config, reporter)
+
+
+def prepare_source(source, samples: Any, config: NavigatorConfig, reporter) -> Prepared:
+    """:func:`prepare` once the source is open (in the calling process, or in a prepare worker)."""
     from navigator.sources import samples as samples_mod
     from navigator.sources.signature import detect_batch_dim
 
-    source = open_source(model, config.model_format, config.signature_name, task=config.task,
-                         trust_remote_code=config.trust_remote_code)
     name = config.model_name or source.name
     ws = Workspace.for_model(config.workdir, name)
     if source.signature is None:   # a framework object: its inputs come from the samples (or --shapes)
@@ -192,7 +210,7 @@ def write_workspace(prep: Prepared, config: NavigatorConfig, device: str, *, kee
         npz.save(ws.sample_file("reference", i), outputs)
     st = Status(
         model=ModelInfo(name=ws.name, source_format=source.format,
-                        path=str(source.path.resolve()) if source.path else None, sha256=source.sha256(),
+                        path=source.identity(), sha256=source.sha256(),
                         huggingface=getattr(source, "huggingface", None) or None),
         navigator_version=__version__, state="running", environment=environment(device),
         signature=source.signature, batch_dim=prep.batch_dim, shape_profiles=prep.profiles,
@@ -205,6 +223,168 @@ def write_workspace(prep: Prepared, config: NavigatorConfig, device: str, *, kee
         runner = source.reference_runner
         st.samples.reference = {"key": source.key, "runner": runner.key,
                                 **({"options": dict(runner.options)} if runner.options else {})}
+    if prep.reference:   # computed in this process (torch); a worker's reference is digested when it ends
+        st.samples.reference_sha256 = npz.files_sha256(ws.reference_files())
     st.created = status_mod.now()
     status_mod.save(st, ws.status_path)
     return st
+
+
+# --------------------------------------------------------------------------- a factory, prepared in a worker
+PREPARED_FILE = "prepared.json"
+
+
+class _Collect:
+    """A reporter for the prepare worker: its warnings travel back to the parent's console."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def warn(self, text: str) -> None:
+        self.lines.append(text)
+
+    def info(self, text: str) -> None:
+        pass
+
+
+def run_prepare(task) -> dict:
+    """The prepare stage of a worker: open the factory (or Hugging Face folder), take or generate the
+    samples, compute the reference, and leave them with the signature and the source's facts in
+    ``task.prepare.out``."""
+    import json
+
+    from navigator.sources import open_source
+
+    spec = task.prepare
+    config = NavigatorConfig.from_dict(spec.config)
+    out = Path(spec.out)
+    samples = _load_staged_samples(Path(spec.samples)) if spec.samples else None
+    source = open_source(spec.model, config.model_format, config.signature_name, task=config.task,
+                         trust_remote_code=config.trust_remote_code)
+    reporter = _Collect()
+    prep = prepare_source(source, samples, config, reporter)
+    for i, batch in enumerate(prep.batches):
+        npz.save(out / "inputs" / f"{i:03d}.npz", batch)
+    for i, outputs in enumerate(prep.reference or []):
+        npz.save(out / "reference" / f"{i:03d}.npz", outputs)
+    src = prep.source
+    facts = {"signature": src.signature.to_dict(), "batch_dim": prep.batch_dim, "profiles": prep.profiles,
+             "samples_info": prep.samples_info.to_dict(), "warnings": reporter.lines,
+             "source": src.worker_facts() if hasattr(src, "worker_facts") else {
+                 "name": src.name, "factory": src.factory, "io": src.io.to_json(),
+                 "index_bounds": src.index_bounds, "notes": list(src.notes),
+                 "generated_float": list(src.generated_float), "reference_digest": src.reference_digest,
+                 "state_sha256": src.state_sha256,
+                 "default_targets": list(src.default_targets) if src.default_targets else None}}
+    from navigator.workspace.atomic import write_text
+
+    write_text(out / PREPARED_FILE, json.dumps(facts, default=str))
+    return {"count": len(prep.batches)}
+
+
+def _stage_samples(samples: Any, config: NavigatorConfig, folder: Path) -> None:
+    """User batches given with a factory spec (the API), as npz files the prepare worker reads back:
+    a dict batch keeps its keys, a tuple its positions (``__pos_<i>``), one tensor ``__single``."""
+    from navigator.sources import samples as samples_mod
+
+    if isinstance(samples, (str, bytes, os.PathLike)):
+        raise UserInputError("samples: a path was given where batches were expected; use --samples DIR")
+    try:
+        iterator = iter(samples)
+    except TypeError:
+        raise UserInputError(f"samples: expected an iterable of batches, got {type(samples).__name__}") from None
+    count = 0
+    for i, batch in enumerate(iterator):
+        if i >= (config.sample_count or samples_mod.DEFAULT_TAKEN):
+            break
+        if isinstance(batch, dict):
+            arrays = {str(k): samples_mod.as_array(v, f"sample {i}, input '{k}'") for k, v in batch.items()}
+        elif isinstance(batch, (tuple, list)):
+            arrays = {f"__pos_{j}": samples_mod.as_array(v, f"sample {i}, input {j}") for j, v in enumerate(batch)}
+        else:
+            arrays = {"__single": samples_mod.as_array(batch, f"sample {i}")}
+        npz.save(folder / f"{i:03d}.npz", arrays)
+        count += 1
+    if not count:
+        raise UserInputError("samples: the iterable gave no batches")
+
+
+def _load_staged_samples(folder: Path) -> list:
+    batches = []
+    for path in sorted(folder.glob("*.npz")):
+        arrays = npz.load(path)
+        if "__single" in arrays:
+            batches.append(arrays["__single"])
+        elif arrays and all(k.startswith("__pos_") for k in arrays):
+            batches.append(tuple(arrays[f"__pos_{j}"] for j in range(len(arrays))))
+        else:
+            batches.append(arrays)
+    return batches
+
+
+def prepare_in_worker(model: str, samples: Any, config: NavigatorConfig, reporter) -> Prepared:
+    """Prepare a ``file.py:factory`` source (or a Hugging Face folder) in a worker under the run's --timeout and
+    --worker-memory-gb: a factory or forward that hangs, balloons, crashes or exits ends in one
+    error line, never in the calling process. The worker's files live in a scratch folder of the
+    workdir while it runs."""
+    import json
+    import tempfile
+
+    from navigator.execution import isolation
+    from navigator.execution.jobs import Job, PrepareSpec, Task
+    from navigator.sources import torch_support as ts
+    from navigator.sources.torch import TorchSource
+    from navigator.types import ModelSignature
+    from navigator.workspace.status import SamplesInfo
+
+    workdir = Path(config.workdir)
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserInputError(f"--workdir: cannot create {workdir}: {e.strerror or e}") from None
+    with tempfile.TemporaryDirectory(prefix=".navigator-prepare-", dir=workdir) as tmp:
+        tmp = Path(tmp)
+        staged = None
+        if samples is not None:
+            staged = tmp / "user-samples"
+            _stage_samples(samples, config, staged)
+        task = Task(kind="prepare", key="prepare", artifact=model,
+                    prepare=PrepareSpec(model=model, config=config.to_dict(), out=str(tmp / "out"),
+                                        samples=str(staged) if staged else None))
+        job = Job(workspace=str(tmp), events=str(tmp / "prepare.events.jsonl"), tasks=[task],
+                  parent_pid=os.getpid())
+        outcome = isolation.run_worker(job, tmp / "prepare.json", tmp / "prepare.log",
+                                       stage_timeout_s=config.timeout, memory_limit_gb=config.worker_memory_gb)
+        ended = [e for e in outcome.events if e.ended]
+        if ended and ended[-1].status != "ok":      # the stage said why (an exception of the factory, bad input)
+            why = ended[-1].result.get("reason") or "the prepare stage failed"
+            why = why.split(": ", 1)[1] if why.startswith(("UserInputError: ", "DependencyMissing: ")) else why
+            raise UserInputError(why if why.startswith(model) else f"{model}: the source could not be prepared: {why}")
+        if outcome.reason or not ended:             # killed, crashed, timed out, exited before the end
+            tail = [ln.strip() for ln in (outcome.log_tail or "").splitlines() if ln.strip()][-2:]
+            detail = f" | log tail: {' / '.join(tail)}" if tail else ""
+            raise UserInputError(f"{model}: the source could not be prepared: "
+                                 f"{outcome.reason or 'the worker stopped'}{detail}")
+        facts = json.loads((tmp / "out" / PREPARED_FILE).read_text())
+        batches = [npz.load(p) for p in sorted((tmp / "out" / "inputs").glob("*.npz"))]
+        reference = [npz.load(p) for p in sorted((tmp / "out" / "reference").glob("*.npz"))]
+    s = facts["source"]
+    if s.get("kind") == "huggingface":
+        from navigator.sources.huggingface import HFSource
+
+        source = HFSource.from_facts(s, ModelSignature.from_dict(facts["signature"]))
+    else:
+        io = ts.TorchIO.from_json(s["io"])
+        source = TorchSource(format="torch", key="torch", name=s["name"], obj=None, isolated=True,
+                             factory=s["factory"], signature=ModelSignature.from_dict(facts["signature"]),
+                             index_bounds=s["index_bounds"], reference_runner=None, notes=s["notes"], io=io,
+                             generated_float=s["generated_float"], reference_digest=s["reference_digest"],
+                             state_sha256=s["state_sha256"],
+                             default_targets=tuple(s["default_targets"]) if s["default_targets"] else None)
+    for line in facts["warnings"]:
+        log.warning("%s", line)
+        reporter.warn(line)
+    ws = Workspace.for_model(config.workdir, config.model_name or source.name)
+    return Prepared(ws=ws, source=source, batches=batches, batch_dim=facts["batch_dim"],
+                    profiles=facts["profiles"], samples_info=SamplesInfo.from_dict(facts["samples_info"]),
+                    warnings=[], reference=reference)

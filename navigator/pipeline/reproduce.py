@@ -6,11 +6,29 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from pathlib import Path
 
 from navigator.execution.jobs import Task
 from navigator.pipeline.context import RunContext
 from navigator.workspace.atomic import write_text
 from navigator.workspace.status import FormatStatus
+
+
+def _source_lines(ctx: RunContext, key: str, fs: FormatStatus) -> list[str]:
+    """How the first artifact comes back: a copy of the file or folder the user gave; for a PyTorch
+    source, its record (formats/torch/source.json names the factory or file); for a live object,
+    nothing on disk can rebuild it."""
+    src = ctx.status.model.path
+    if ctx.source.format == "torch":
+        what = f"rebuilt from {src}" if src else "a live nn.Module of the process that called navigator.convert"
+        return [f"# {key} is the source model, {what}: {fs.path} records how workers rebuild it",
+                "cat " + shlex.quote(fs.path)]
+    if src is None:
+        return [f"# {key} is the source model, exported from a live object of the process that called "
+                "navigator.convert: call it again from there to rebuild it", "exit 1"]
+    copy = "cp -r" if Path(src).is_dir() else "cp"
+    return [f"# {key} is the source model, copied from {shlex.quote(src)}",
+            f"{copy} {shlex.quote(src)} {shlex.quote(fs.path)}"]
 
 
 def write_reproduce(ctx: RunContext, item, fs: FormatStatus, task: Task) -> None:
@@ -31,8 +49,6 @@ def write_reproduce(ctx: RunContext, item, fs: FormatStatus, task: Task) -> None
             write_text(ws.reproduce_py(item.key), script)
             lines.insert(4, f"# the same with plain framework calls: python {ws.inner(ws.reproduce_py(item.key))}")
     else:
-        src = ctx.status.model.path or "<source>"
-        lines.append(f"# {item.key} is the source model, copied from {shlex.quote(src)}")
-        lines.append(f"cp {shlex.quote(src)} {shlex.quote(fs.path)}")
+        lines.extend(_source_lines(ctx, item.key, fs))
     write_text(ws.reproduce_sh(item.key), "\n".join(lines) + "\n")
     os.chmod(ws.reproduce_sh(item.key), 0o755)

@@ -25,19 +25,38 @@ def step_hash(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def previous_record(ws) -> Status | None:
+    """The workspace's last status.yaml, or None (none, or unreadable)."""
+    if not ws.status_path.is_file():
+        return None
+    try:
+        return status_mod.load(ws.status_path)
+    except UserInputError as e:
+        log.info("the last status.yaml is unreadable: %s", e.one_line())
+        return None
+
+
+def check_same_model(prep: Prepared, old: Status | None, config: NavigatorConfig) -> None:
+    """A workspace of a *different* model is never replaced without --force: two factories of one
+    file, or two files of one name, would otherwise share a default workspace name."""
+    if old is None or config.force:
+        return
+    new_id, old_id = prep.source.identity(), old.model.path
+    if new_id and old_id and new_id != old_id:
+        raise UserInputError(f"{prep.ws.root} is the workspace of another model ({old_id}); this run converts "
+                             f"{new_id}", hint="pass --model-name NAME for a workspace of its own, or --force to "
+                                               "replace it")
+
+
 def resumable(prep: Prepared, config: NavigatorConfig) -> Status | None:
     """The earlier record of this workspace when a re-run may reuse its steps: not
     --force, and the same model digest (``Source.sha256``: a file's bytes; a SavedModel
     directory's whole tree; a ``file.py:factory``'s file, its sibling .py files and its
     reference outputs), samples, signature and shape profiles. Live objects (an
     nn.Module passed to the API) have no digest and always start afresh."""
-    ws, source = prep.ws, prep.source
-    if config.force or not ws.status_path.is_file():
-        return None
-    try:
-        old = status_mod.load(ws.status_path)
-    except UserInputError as e:
-        log.info("not resuming: %s", e.one_line())
+    source = prep.source
+    old = previous_record(prep.ws)
+    if config.force or old is None:
         return None
     sha = source.sha256()
     same = (sha is not None and old.model.sha256 == sha and old.samples.sha256 == prep.samples_info.sha256
@@ -55,6 +74,17 @@ def convert_hash(ctx: RunContext, item) -> str:
     parent = ctx.status.formats[item.parent]
     return step_hash(parent.convert.inputs_sha256, conv.name, params_dict(conv.params_from_config(ctx.config)),
                      {m: deps.version(m) for m in conv.requires}, __version__)
+
+
+def _outputs_unchanged(ctx: RunContext, key: str, runner_key: str, recorded: str | None) -> bool:
+    """The outputs a verification stored are the ones it judged (and the reference they were judged
+    against is the one recorded): edited files are verified again, never trusted."""
+    from navigator.workspace import npz
+
+    files = sorted(ctx.ws.outputs_dir(key, runner_key).glob("*.npz"))
+    reference = ctx.status.samples.reference_sha256
+    same_reference = reference is None or reference == ctx.resume_from.samples.reference_sha256
+    return bool(recorded) and bool(files) and npz.files_sha256(files) == recorded and same_reference
 
 
 def reuse(ctx: RunContext, item, task: Task) -> Task | None:
@@ -83,6 +113,7 @@ def reuse(ctx: RunContext, item, task: Task) -> Task | None:
         reusable = old is not None and task.convert is None and ctx.verify_func is None
         before = old.runners.get(spec.key) if reusable else None
         if (before is not None and before.verify.status == "ok" and before.verify.inputs_sha256 == verify_hash
+                and _outputs_unchanged(ctx, item.key, spec.key, before.verify.outputs_sha256)
                 and (task.profile is None or (before.profile.status == "ok"
                                               and before.profile.inputs_sha256 == profile_hash))):
             fs.runners[spec.key].verify = before.verify

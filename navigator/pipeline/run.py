@@ -20,7 +20,7 @@ from navigator.pipeline.diskfull import WorkspaceFull
 from navigator.pipeline.execute import run_formats
 from navigator.pipeline.plan import plan_formats, requested_targets
 from navigator.pipeline.prepare import prepare, resolve_device, write_workspace
-from navigator.pipeline.resume import resumable
+from navigator.pipeline.resume import check_same_model, previous_record, resumable
 from navigator.workspace.layout import Workspace
 from navigator.workspace.lock import WorkspaceLock
 from navigator.workspace.status import ConvertStep, FormatStatus, Status
@@ -49,9 +49,20 @@ def _save_if_possible(ctx: RunContext) -> None:
 
 
 class _LogFileHandler(logging.FileHandler):
-    """navigator.log: a record that cannot be written (OSError: a full disk) is
-    dropped silently, where logging's default prints a traceback on the console;
-    other errors (a bad format string) are reported as usual."""
+    """navigator.log: opened without following a symbolic link (a log replaced by a link must not
+    get our records appended to its target); a record that cannot be written (OSError: a full
+    disk) is dropped silently, where logging's default prints a traceback on the console; other
+    errors (a bad format string) are reported as usual. Undecodable characters (a workdir with a
+    non-UTF-8 byte) are escaped, not an error."""
+
+    def __init__(self, filename):
+        super().__init__(filename, mode="a", encoding="utf-8", delay=True, errors="backslashreplace")
+
+    def _open(self):
+        import os
+
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        return open(fd, "a", encoding=self.encoding, errors=self.errors)
 
     def handleError(self, record) -> None:
         if isinstance(sys.exc_info()[1], OSError):
@@ -61,7 +72,7 @@ class _LogFileHandler(logging.FileHandler):
 
 def _install_log_handler(ws: Workspace) -> logging.Handler:
     ws.root.mkdir(parents=True, exist_ok=True)
-    handler = _LogFileHandler(ws.log_path, mode="a", encoding="utf-8")
+    handler = _LogFileHandler(ws.log_path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.setLevel(logging.DEBUG)
     logger = logging.getLogger("navigator")
@@ -106,12 +117,21 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
         raise UserInputError(f"--workdir: cannot create {ws.root}: {e.strerror or e}") from None
     timings: dict = {"prepare_s": time.perf_counter() - t0}
     with WorkspaceLock(ws.lock_path):
+        ws.check_no_links()
         handler = _install_log_handler(ws)
         ctx = None
         try:
             log.info("navigator convert %s into %s (device %s)", source.path or type(source.obj).__name__, ws.root,
                      device)
+            old = previous_record(ws)
+            check_same_model(prep, old, config)
             previous = resumable(prep, config)
+            if old is not None and previous is None and old.formats:
+                why = "--force" if config.force else "the model, samples or shape profiles changed since the last run"
+                line = (f"starting afresh ({why}): the last run's formats {', '.join(old.formats)} are removed "
+                        "and redone as planned")
+                log.warning("%s", line)
+                reporter.warn(line)
             st = write_workspace(prep, config, device, keep=previous is not None)
             if previous is not None:
                 log.info("resuming: the model, samples and profiles are unchanged since %s", previous.updated)
@@ -126,6 +146,10 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
             _record_unavailable(ctx, unsupported, dropped)
             reporter.plan(ws, [p.key for p in planned], unsupported)
             run_formats(ctx, planned)
+            if previous is not None:   # formats of the last run that this one did not plan keep their records
+                for key, fs in previous.formats.items():
+                    if key not in st.formats and ws.format_dir(key).is_dir():
+                        st.formats[key] = fs
             st.best = outcome_mod.select_best(st, no_profile=config.no_profile)
             st.state = "complete"
             ctx.save()

@@ -19,7 +19,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from navigator.errors import UserInputError
 from navigator.runners.base import Runner, RunnerUnavailable
 
 
@@ -112,7 +111,7 @@ class TorchEagerRunner(_TorchRunner):
 
         try:
             module, _, record = ts.workspace_module(Path(self.path).parent.parent.parent, self.options.get("live"))
-        except UserInputError as e:
+        except ts.LiveModuleUnavailable as e:
             raise RunnerUnavailable(e.one_line()) from None
         if record.get("dtype"):   # a reduced-precision variant (torch-fp16 / torch-bf16)
             module = ts.cast_module(module, record["dtype"])

@@ -22,7 +22,7 @@ from navigator.serving.search import Objective, Space
 
 def model_analyzer_config(*, repo: Path, model: str, space: Space, concurrency: list[int], batch_sizes: list[int],
                           objective: Objective, search: str, input_data: str, shapes: list[str], kind: str,
-                          preferred: list[int], measurement_ms: int) -> dict:
+                          preferred: list[int], measurement_ms: int, ensemble: bool = False) -> dict:
     params: dict = {}
     if space.max_batch_sizes != (0,):
         params["max_batch_size"] = list(space.max_batch_sizes)
@@ -49,6 +49,10 @@ def model_analyzer_config(*, repo: Path, model: str, space: Space, concurrency: 
         constraints["perf_throughput"] = {"min": objective.min_throughput}
     if constraints:
         entry["constraints"] = constraints
+    if ensemble:   # Model Analyzer searches an ensemble's composing models itself (quick search only)
+        entry.pop("model_config_parameters")
+        entry.pop("cpu_only", None)
+        return {"model_repository": str(repo), "run_config_search_mode": "quick", "profile_models": {model: entry}}
     return {"model_repository": str(repo), "run_config_search_mode": search, "run_config_search_disable": True,
             "profile_models": {model: entry}}
 
@@ -67,16 +71,21 @@ def write_model_analyzer_yaml(path: Path, config: dict, provenance: list[str], n
 
 
 def write_perf_analyzer_sh(path: Path, *, model: str, groups: list[tuple[str, str, list[list[str]]]],
-                           provenance: list[str]) -> None:
-    """``groups``: (configuration name, config file relative to the script, commands)."""
+                           provenance: list[str], config_model: str | None = None) -> None:
+    """``groups``: (configuration name, config file relative to the script, commands);
+    ``config_model``: the model whose config the groups vary (an ensemble's step), when it is
+    not ``model`` itself."""
+    config_model = config_model or model
+    ens_line = ([f"#   (and keep the ensemble {model}'s max_batch_size at most that config's)"]
+                if config_model != model else [])
     from navigator.workspace.atomic import write_text
 
     lines = ["#!/usr/bin/env bash",
              "# The perf_analyzer command lines of `navigator profile --triton`, one per measured point.",
              *[f"# {line}" for line in provenance],
              "# Before each group, serve that configuration: copy its config.pbtxt over",
-             f"#   <repository>/{model}/config.pbtxt and load the model (explicit model control:",
-             f"#   curl -X POST $TRITON_HTTP_URL/v2/repository/models/{model}/load).",
+             f"#   <repository>/{config_model}/config.pbtxt and load the model (explicit model control:",
+             f"#   curl -X POST $TRITON_HTTP_URL/v2/repository/models/{model}/load).", *ens_line,
              "# TRITON_GRPC_URL (default localhost:8001) and PERF_ANALYZER (default perf_analyzer) override.",
              "set -euo pipefail",
              'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',

@@ -103,6 +103,41 @@ def from_workspace(ws, st, cfg) -> RequestData:
                        outputs=[io.name for io in cfg.output])
 
 
+def from_examples(examples: list[dict], cfg) -> RequestData:
+    """Rows of raw example batches (an ensemble's inputs, matched by name) under the
+    inputs of ``cfg`` (the ensemble's ModelConfig)."""
+    import numpy as np
+
+    from navigator.triton import config as cfg_mod
+
+    batching = cfg.max_batch_size > 0
+    names = [io.name for io in cfg.input]
+    dtypes = {io.name: cfg_mod.numpy_dtype(_type_name(io.data_type)) for io in cfg.input}
+    dims = {io.name: list(io.dims) for io in cfg.input}
+    rows: list[dict] = []
+    for k, batch in enumerate(examples):
+        missing = [n for n in names if n not in batch]
+        if missing:
+            raise UserInputError(f"example batch {k + 1} has no tensor {missing[0]!r} (the ensemble {cfg.name} takes "
+                                 f"{', '.join(names)})")
+        arrays = {n: np.asarray(batch[n]) for n in names}
+        for n, arr in arrays.items():
+            if arr.dtype.kind in "OUS":
+                raise UserInputError(f"input {n!r} holds strings; serving profiles take numeric inputs only")
+            arrays[n] = arr.astype(dtypes[n], copy=False)
+        if batching:
+            count = min(a.shape[0] for a in arrays.values())
+            rows.extend({n: np.ascontiguousarray(a[i]) for n, a in arrays.items()} for i in range(count))
+        else:
+            rows.append({n: np.ascontiguousarray(a) for n, a in arrays.items()})
+    if not rows:
+        raise UserInputError(f"no example to build requests for {cfg.name} from")
+    first = {n: a.shape for n, a in rows[0].items()}
+    rows = [r for r in rows if {n: a.shape for n, a in r.items()} == first][:MAX_ROWS]
+    return RequestData(batching=batching, names=names, dtypes=dtypes, dims=dims, rows=rows,
+                       outputs=[io.name for io in cfg.output])
+
+
 def _type_name(value: int) -> str:
     from tritonclient.grpc import model_config_pb2 as mc
 

@@ -130,16 +130,16 @@ def build_record(r: ServingRun, space: Space, objective: Objective, outcome, dur
             reason = (f"no configuration meets {objective.constraints_text()}: the best, {best.candidate.name}, "
                       f"has p99 {m.p99_ms:.3f} ms at {m.throughput:.1f} infer/s (concurrency {m.concurrency}"
                       + (f", {m.errors} failed requests" if m.errors else "") + ")")
-    stand_in = bool(r.opts.cpu_backends and any(backend_of(r.base).startswith(b) for b in STANDINS))
+    stand_in = bool(r.opts.cpu_backends and any(backend_of(r.served).startswith(b) for b in STANDINS))
     return ServingStatus(
         status=status, reason=reason, date=now(), duration_s=round(duration_s, 2), budget_s=r.opts.budget_s,
-        machine=machine(), model=r.model, key=r.key, backend=backend_of(r.base), stand_in=stand_in, tool=r.tool,
+        machine=machine(), model=r.model, key=r.key, backend=backend_of(r.served), stand_in=stand_in, tool=r.tool,
         search=r.opts.search,
         objective={"kind": objective.kind, "max_p99_ms": objective.max_p99_ms,
                    "min_throughput": objective.min_throughput},
         measurement_ms=r.opts.measurement_ms, concurrency=list(r.levels), batch_sizes=list(r.opts.batch_sizes),
         configurations=configs, skipped=skipped, ranked=[x.candidate.name for x in ranked],
-        chosen=chosen.candidate.name if chosen else None)
+        chosen=chosen.candidate.name if chosen else None, setup_s=round(r.setup_s, 2), ensemble=r.ensemble)
 
 
 _LAT = ("avg", "p50", "p90", "p95", "p99")
@@ -196,18 +196,28 @@ def write_outputs(r: ServingRun, space: Space, objective: Objective, outcome, re
         head_lines = [f"# navigator profile --triton: chosen configuration {record.chosen} "
                       f"({objective.describe()})", *[f"# {x}" for x in prov]]
         write_text(out / "chosen.config.pbtxt", "\n".join(head_lines) + "\n" + text)
-        write_text(r.scratch / r.model / "config.pbtxt", text)   # serving/repo serves the chosen one
+        write_text(r.scratch / r.step / "config.pbtxt", text)   # serving/repo serves the chosen one
+        if r.target is not None:                                 # with the ensemble's batch size to match
+            from navigator.serving.ensemble import ensemble_variant
+
+            chosen = variants.load_config(r.scratch / r.step / "config.pbtxt")
+            variants.write(r.scratch / r.model / "config.pbtxt",
+                           ensemble_variant(r.ens_base, r.target.steps, r.step, chosen.max_batch_size))
         variants.load_config(out / "chosen.config.pbtxt")   # still a valid ModelConfig with the comments
         files["chosen_config"] = "serving/chosen.config.pbtxt"
     files["perf_input"] = "serving/perf_input.json"
-    kind = r.base.instance_group[0].kind if r.base.instance_group else 0
+    kind = r.served.instance_group[0].kind if r.served.instance_group else 0
     from tritonclient.grpc import model_config_pb2 as mc
 
     ma = handoff.model_analyzer_config(
         repo=r.ws.triton_dir, model=r.model, space=space, concurrency=r.levels, batch_sizes=list(r.opts.batch_sizes),
         objective=objective, search=r.opts.search, input_data="perf_input.json", shapes=r.data.shape_flags(),
-        kind=mc.ModelInstanceGroup.Kind.Name(kind), preferred=r.preferred, measurement_ms=r.opts.measurement_ms)
+        kind=mc.ModelInstanceGroup.Kind.Name(kind), preferred=r.preferred, measurement_ms=r.opts.measurement_ms,
+        ensemble=r.target is not None)
     notes = []
+    if r.target is not None:
+        notes.append(f"{r.model} is an ensemble: Model Analyzer's quick search tunes its composing models itself; "
+                     f"navigator searched {r.step} ({r.ensemble.reason})")
     if None in space.delays_us:
         notes.append("configurations without dynamic batching were also measured here; Model Analyzer sweeps "
                      "the delays listed only")
@@ -215,7 +225,8 @@ def write_outputs(r: ServingRun, space: Space, objective: Objective, outcome, re
     order = ([record.chosen] if record.chosen else []) + [n for n in r.commands if n != record.chosen]
     groups = [(n + (" (chosen)" if n == record.chosen else ""), f"configs/{n}.config.pbtxt", r.commands[n])
               for n in order]
-    handoff.write_perf_analyzer_sh(out / "perf_analyzer.sh", model=r.model, groups=groups, provenance=prov)
+    handoff.write_perf_analyzer_sh(out / "perf_analyzer.sh", model=r.model, groups=groups, provenance=prov,
+                                   config_model=r.step)
     files.update(model_analyzer_yaml="serving/model_analyzer.yaml", perf_analyzer_sh="serving/perf_analyzer.sh")
     measured = [by_name[n].to_dict() for n in record.ranked]
     title = f"{r.model} ({record.backend}{', stand-in' if record.stand_in else ''}; {record.tool})"

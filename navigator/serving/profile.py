@@ -2,18 +2,23 @@
 server, measure configurations over a concurrency sweep, search, report, hand off.
 
 1. The format (``--format``, default the workspace's best) is emitted into a private
-   scratch repository, ``WS/serving/repo/`` (the user's repository is not touched).
+   scratch repository, ``WS/serving/repo/`` (the user's repository is not touched); when
+   the user's repository holds the model as an ensemble, the ensemble and its steps are
+   copied there instead (:mod:`navigator.serving.ensemble`) and measured end to end.
 2. A local ``tritonserver`` (:mod:`navigator.triton.server`, explicit model control)
-   serves it. Each configuration of the search is a config.pbtxt variant written
-   into the scratch repository and (re)loaded through the repository API.
+   serves it. Each configuration of the search is a config.pbtxt variant (of an
+   ensemble's searched step, ``--step``; ``auto``: the busiest in a probe) written into
+   the scratch repository and (re)loaded through the repository API.
 3. Each configuration is measured over the concurrency sweep by the real
    ``perf_analyzer`` when it is there (``--perf-analyzer auto|on|off``) or by our
    load generator; both write the same record.
-4. ``--search brute|quick`` within ``--budget-s`` (server start included); the
+4. ``--search brute|quick`` within ``--budget-s``, which bounds the measuring: the
+   scratch repository, the server's start and every load are setup (``setup_s``); the
    ranking follows ``--objective`` under ``--max-p99-ms`` / ``--min-throughput``.
 5. Everything goes to ``WS/serving/`` (tables, chosen config, plots, hand-off) and
    ``status.yaml``'s ``serving:``; ``WS/report/summary.md`` is rewritten;
-   ``--apply [REPO]`` writes the chosen settings into the user's repository.
+   ``--apply [REPO]`` writes the chosen settings into the user's repository (checked
+   before measuring, written before ``serving/`` is replaced).
 
 Exit 0 when a configuration was chosen; 1 (one ``error:`` line) when none met the
 constraints or none could be measured; 2 for bad input.
@@ -31,7 +36,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from navigator.errors import NavigatorError, UserInputError
-from navigator.triton import backends
 from navigator.serving.outputs import backend_of, build_record, gpu_memory_mb, write_outputs
 from navigator.serving import search as search_mod
 from navigator.serving.measure import LAST, MAX_WINDOWS, Measurement, concurrency_range
@@ -70,6 +74,7 @@ class ServingOptions:
     queue_delays_us: tuple[int | None, ...] | None = None   # default (0,); None = no dynamic batching
     apply: str | None = None                   # None: no; "": WS/triton; else a repository
     tritonserver: str | None = None
+    step: str = "auto"                         # an ensemble's step to search: auto | model | preprocess | …
 
     def check(self) -> None:
         if self.measurement_ms < 10:
@@ -96,6 +101,8 @@ class ServingOptions:
                                                  any(d is not None and d < 0 for d in self.queue_delays_us)):
             raise UserInputError("--queue-delays-us: delays must be >= 0 (or 'none' for no dynamic batching)")
         concurrency_range(self.concurrency)
+        if not self.step:
+            raise UserInputError("--step: give auto, model, preprocess, postprocess or a step's model name")
 
 
 @dataclass
@@ -123,6 +130,13 @@ class ServingRun:
     configs_left: int = 1          # configurations of the space not yet measured (this one included)
     config_deadline: float = 0.0   # this configuration's fair share of the budget ends here
     points_left: int = 1           # measurement points of this configuration not yet taken
+    step: str = ""                 # the model whose config.pbtxt is varied (r.model, or an ensemble's step)
+    served: object = None          # config of the model step (backend, stand-in, instance kind)
+    target: object = None          # serving.ensemble.EnsembleTarget when an ensemble is profiled
+    ens_base: object = None        # the ensemble's config as the repository has it
+    ensemble: object = None        # the ServingEnsemble record
+    setup_s: float = 0.0           # scratch repository, server start, loads: outside the budget
+    space: object = None
 
 
 # --------------------------------------------------------------------------- entry
@@ -137,7 +151,9 @@ def run(workspace, opts: ServingOptions, reporter=None) -> int:
     reporter = reporter or Reporter("auto")
     t0 = time.monotonic()
     ws = Workspace.find(workspace)
+    apply_repo = None
     with WorkspaceLock(ws.lock_path):
+        ws.check_no_links()
         st = status_mod.load(ws.status_path)
         final = ws.serving_dir
         out = ws.serving_partial_dir     # becomes serving/ when the run ends with a result
@@ -145,33 +161,29 @@ def run(workspace, opts: ServingOptions, reporter=None) -> int:
             shutil.rmtree(out)
         out.mkdir(parents=True)
         try:
-            # measurements end early enough for the finish (server stop, tables, plots, report) to fit
-            reserve = min(FINISH_RESERVE_S, 0.1 * opts.budget_s)
-            r = ServingRun(ws=ws, st=st, opts=opts, out=out, scratch=out / "repo", deadline=t0 + opts.budget_s - reserve,
-                     window_s=opts.measurement_ms / 1000.0, levels=concurrency_range(opts.concurrency))
+            r = ServingRun(ws=ws, st=st, opts=opts, out=out, scratch=out / "repo",
+                           window_s=opts.measurement_ms / 1000.0, levels=concurrency_range(opts.concurrency))
             _emit(r, reporter)
+            if r.step:                   # known before the server starts: bad options fail before measuring
+                r.space = _space(r)
+            elif r.target is not None:   # --step auto: the probe picks; check the options on the model step
+                _space(r, step=r.target.step_for("model"))
             apply_repo = _apply_target(r) if opts.apply is not None else None
-            space = _space(r)
+            r.setup_s = time.monotonic() - t0
             objective = Objective(opts.objective, opts.max_p99_ms, opts.min_throughput)
-            reporter.info(f"serving profile of {r.model} ({r.key}, {backend_of(r.base)}): {opts.search} search over "
-                          f"{space.size()} configuration(s), concurrency {', '.join(map(str, r.levels))}, "
-                          f"{objective.describe()}, budget {opts.budget_s:g} s")
-            outcome = _search(r, space, objective, reporter)
-            record = build_record(r, space, objective, outcome, time.monotonic() - t0)
-            write_outputs(r, space, objective, outcome, record, reporter)
+            outcome = _search(r, objective, reporter)
+            record = build_record(r, r.space, objective, outcome, time.monotonic() - t0)
+            write_outputs(r, r.space, objective, outcome, record, reporter)
+            if apply_repo is not None and record.chosen:   # before serving/ is replaced: a failure keeps it
+                path, note = _apply(r, apply_repo, outcome, record)
+                record.applied = str(path)
+                reporter.info(f"applied {record.chosen} to {record.applied}" + (f"; {note}" if note else ""))
         except BaseException:
             shutil.rmtree(out, ignore_errors=True)   # a failed run leaves the previous serving/ as it was
             raise
         if final.exists():
             shutil.rmtree(final)
         os.rename(out, final)
-        if apply_repo is not None and record.chosen:
-            from navigator.serving import variants
-
-            cand = next(c.candidate for c in outcome.results if c.candidate.name == record.chosen)
-            path = variants.apply(apply_repo, r.model, cand, preferred=r.preferred)
-            record.applied = str(path)
-            reporter.info(f"applied {record.chosen} to {path}")
         st.serving = record
         status_mod.save(st, ws.status_path)
         from navigator.serving import report
@@ -189,11 +201,23 @@ def run(workspace, opts: ServingOptions, reporter=None) -> int:
 
 # --------------------------------------------------------------------------- steps
 def _emit(r: ServingRun, reporter) -> None:
+    """The scratch repository: the user's ensemble copied when the repository holds one
+    (``--apply REPO`` or WS/triton), else the format emitted from the workspace."""
+    from navigator.serving import ensemble as serving_ens
     from navigator.serving import inputs, variants
     from navigator.triton import emit
     from navigator.triton.options import TritonOptions
+    from navigator.triton.planning import triton_name
 
     st, opts = r.st, r.opts
+    user_repo = (Path(opts.apply).expanduser() if opts.apply else r.ws.triton_dir).resolve()
+    name = triton_name(st.model.name)
+    target = serving_ens.find(user_repo, name, st.formats)
+    if target is not None:
+        serving_ens.prepare(r, target, _check_backend)
+        return
+    if opts.step != "auto":
+        raise UserInputError(f"--step {opts.step}: {user_repo} holds no ensemble {name} to search a step of")
     if opts.format:
         key = opts.format
     elif st.best is not None:
@@ -203,30 +227,52 @@ def _emit(r: ServingRun, reporter) -> None:
     result = emit(r.ws.root, TritonOptions(repo=str(r.scratch), formats=(key,), python_backend=opts.python_backend,
                                            model_version=1, force=True), status=st, lock=False)
     r.key = key
-    r.model = result.served[0]
-    if any(m.role == "ensemble" for m in result.models):   # pragma: no cover - emit makes ensembles on request only
-        raise UserInputError("serving profiles measure one model, not an ensemble")
-    r.base = variants.load_config(r.scratch / r.model / "config.pbtxt")
-    backend = backend_of(r.base)
-    if backend != "python" and not opts.cpu_backends and opts.tritonserver is None:
-        raise UserInputError(
-            f"{key} is served by the {backend} backend, which the local Triton {_triton_version()} server lacks "
-            "(it has the Python backend only)",
-            hint="pass --cpu-backends to serve it through a CPU stand-in of that backend (figures not "
-                 "representative of NVIDIA's), --python-backend to serve it through a generated model.py, or "
-                 "--tritonserver BINARY for a full server")
+    r.model = r.step = result.served[0]
+    r.base = r.served = variants.load_config(r.scratch / r.model / "config.pbtxt")
+    _check_backend(r, key, r.served)
     r.preferred = variants.preferred_sizes(r.base)
     r.data = inputs.from_workspace(r.ws, st, r.base)
     (r.out / "perf_input.json").write_text(json.dumps(r.data.perf_analyzer_json()), encoding="utf-8")
 
 
+def _check_backend(r: ServingRun, what: str, cfg) -> None:
+    """The local server can serve ``cfg``'s backend (or the user said how to stand in)."""
+    backend = backend_of(cfg)
+    if backend != "python" and not r.opts.cpu_backends and r.opts.tritonserver is None:
+        raise UserInputError(
+            f"{what} is served by the {backend} backend, which the local Triton {_triton_version()} server lacks "
+            "(it has the Python backend only)",
+            hint="pass --cpu-backends to serve it through a CPU stand-in of that backend (figures not "
+                 "representative of NVIDIA's), --python-backend to serve it through a generated model.py, or "
+                 "--tritonserver BINARY for a full server")
+
+
 def _apply_target(r: ServingRun) -> Path:
-    """``--apply [REPO]``: checked before the search, so a missing target costs no measuring."""
+    """``--apply [REPO]``: everything it needs, checked before the search, so a bad target
+    costs no measuring."""
+    from navigator.serving import ensemble as serving_ens
+    from navigator.serving import variants
+
     repo = (Path(r.opts.apply).expanduser() if r.opts.apply else r.ws.triton_dir).resolve()
-    if not (repo / r.model / "config.pbtxt").is_file():
+    if r.target is not None:
+        serving_ens.check_apply(repo, r.target)
+        return repo
+    path = repo / r.model / "config.pbtxt"
+    if not path.is_file():
         raise UserInputError(f"--apply {repo}: no {r.model}/config.pbtxt there",
                              hint=f"write the repository first: navigator triton {r.ws.root} --repo {repo}")
+    variants.check_apply(path, r.space)
     return repo
+
+
+def _apply(r: ServingRun, repo: Path, outcome, record) -> tuple[Path, str | None]:
+    from navigator.serving import ensemble as serving_ens
+    from navigator.serving import variants
+
+    cand = next(c.candidate for c in outcome.results if c.candidate.name == record.chosen)
+    if r.target is not None:
+        return serving_ens.apply(repo, r.model, r.step, cand, preferred=r.preferred)
+    return variants.apply(repo, r.model, cand, preferred=r.preferred), None
 
 
 def _triton_version() -> str:
@@ -235,32 +281,13 @@ def _triton_version() -> str:
     return server.TRITON_VERSION
 
 
-def _space(r: ServingRun) -> Space:
-    opts, base = r.opts, r.base
-    cores = os.cpu_count() or 1
-    instances = tuple(sorted(set(opts.instance_counts))) if opts.instance_counts else \
-        tuple(range(1, min(4, cores) + 1))
-    if base.max_batch_size == 0:
-        if opts.max_batch_sizes and any(opts.max_batch_sizes):
-            raise UserInputError(f"--max-batch-sizes: {r.model} does not batch (max_batch_size 0)")
-        return Space(instances, (0,), (None,))
-    if opts.max_batch_sizes:
-        sizes = tuple(sorted(set(opts.max_batch_sizes)))
-        if 0 in sizes:
-            raise UserInputError("--max-batch-sizes: 0 turns batching off; give sizes >= 1")
-        if backends.fixed_batch(base.backend, base.platform) and max(sizes) > base.max_batch_size:
-            raise UserInputError(f"--max-batch-sizes {max(sizes)}: the engine of {r.key} was built for batches "
-                                 f"up to {base.max_batch_size}")
-    else:
-        sizes, b = [], 1
-        while b < base.max_batch_size:
-            sizes.append(b)
-            b *= 2
-        sizes.append(base.max_batch_size)
-        sizes = tuple(sizes)
-    delays = opts.queue_delays_us if opts.queue_delays_us else (0,)
-    delays = tuple(sorted(set(delays), key=lambda d: (d is not None, d or 0)))   # none first, then ascending
-    return Space(instances, sizes, delays)
+def _space(r: ServingRun, step: str | None = None) -> Space:
+    """The configurations of the searched step (``step`` overrides it, for checking only)."""
+    from navigator.serving import variants
+
+    base = r.base if step is None else variants.load_config(r.scratch / step / "config.pbtxt")
+    role = r.target.roles[step or r.step] if r.target is not None else "model"
+    return variants.space(base, role, r.opts, key=r.key)
 
 
 def _choose_tool(r: ServingRun, reporter) -> None:
@@ -287,9 +314,26 @@ def _choose_tool(r: ServingRun, reporter) -> None:
         reporter.info(f"perf_analyzer not usable ({why}); measuring with navigator's load generator")
 
 
-def _search(r: ServingRun, space: Space, objective: Objective, reporter) -> search_mod.SearchOutcome:
+def _load(r: ServingRun, name: str) -> None:
+    """Load (or reload) ``name``; its load time is setup, not budget: the deadlines move."""
+    t0 = time.monotonic()
+    try:
+        r.server.load(name)
+    finally:
+        dt = time.monotonic() - t0
+        r.deadline += dt
+        r.config_deadline += dt
+        r.setup_s += dt
+
+
+def _search(r: ServingRun, objective: Objective, reporter) -> search_mod.SearchOutcome:
+    """Start the server, pick an ensemble's step (``--step auto``: a probe), search.
+    ``--budget-s`` bounds the measuring: the server's start and every load move the
+    deadline by what they took (``setup_s``)."""
+    from navigator.serving import ensemble as serving_ens
     from navigator.triton.server import TritonServer, prepare
 
+    t0 = time.monotonic()
     r.env = prepare(quiet=True)
     _choose_tool(r, reporter)
     rule = StopRule()
@@ -306,7 +350,19 @@ def _search(r: ServingRun, space: Space, objective: Objective, reporter) -> sear
                       tritonserver=r.opts.tritonserver,
                       extra_args=("--allow-gpu-metrics=true",) if gpu else ()) as server:
         r.server = server
-
+        r.setup_s += time.monotonic() - t0
+        # measurements end early enough for the finish (server stop, tables, plots, report) to fit
+        reserve = min(FINISH_RESERVE_S, 0.1 * r.opts.budget_s)
+        r.deadline = time.monotonic() + r.opts.budget_s - reserve
+        if r.target is not None and not r.step:
+            serving_ens.pick_step(r, reporter, lambda name: _load(r, name))
+        if r.space is None:
+            r.space = _space(r)
+        space = r.space
+        reporter.info(f"serving profile of {r.model} ({r.key}, {backend_of(r.served)}"
+                      + (f"; searching its step {r.step}" if r.target is not None else "")
+                      + f"): {r.opts.search} search over {space.size()} configuration(s), concurrency "
+                        f"{', '.join(map(str, r.levels))}, {objective.describe()}, budget {r.opts.budget_s:g} s")
         r.configs_left = space.size()
 
         def evaluate(cand: Candidate) -> ConfigResult:
@@ -326,6 +382,7 @@ def _search(r: ServingRun, space: Space, objective: Objective, reporter) -> sear
 
 
 def _evaluate(r: ServingRun, cand: Candidate, objective: Objective, rule: StopRule, has_time) -> ConfigResult:
+    from navigator.serving import ensemble as serving_ens
     from navigator.serving import variants
 
     t0 = time.monotonic()
@@ -333,18 +390,23 @@ def _evaluate(r: ServingRun, cand: Candidate, objective: Objective, rule: StopRu
         cfg = variants.variant(r.base, cand, preferred=r.preferred)
     except UserInputError as e:
         return ConfigResult(cand, status="failed", reason=e.one_line(), duration_s=0.0)
-    text = variants.write(r.scratch / r.model / "config.pbtxt", cfg)
+    text = variants.write(r.scratch / r.step / "config.pbtxt", cfg)
+    limit = cand.max_batch_size
+    if r.target is not None:     # the ensemble's max_batch_size at most the step's (Triton's rule)
+        ens = serving_ens.ensemble_variant(r.ens_base, r.target.steps, r.step, cfg.max_batch_size)
+        variants.write(r.scratch / r.model / "config.pbtxt", ens)
+        limit = ens.max_batch_size
     (r.out / "configs").mkdir(exist_ok=True)
     (r.out / "configs" / f"{cand.name}.config.pbtxt").write_text(text, encoding="utf-8")
     try:
-        r.server.load(r.model)
+        _load(r, r.model)        # an ensemble's load reloads the step whose config changed
     except UserInputError as e:
         return ConfigResult(cand, status="failed", reason=e.one_line(), duration_s=time.monotonic() - t0)
-    sizes = [b for b in r.opts.batch_sizes if (b <= cand.max_batch_size if cand.max_batch_size else b == 1)]
+    sizes = [b for b in r.opts.batch_sizes if (b <= limit if limit else b == 1)]
     if not sizes:
         return ConfigResult(cand, status="failed", duration_s=time.monotonic() - t0,
                             reason=f"no request batch size of {list(r.opts.batch_sizes)} fits max_batch_size "
-                                   f"{cand.max_batch_size}")
+                                   f"{limit}")
     measurements: list[Measurement] = []
     notes = []
     r.points_left = len(sizes) * len(r.levels)

@@ -73,8 +73,19 @@ def serving_blocks(ws, sv) -> list[tuple]:
         ["concurrency", ", ".join(map(str, sv.concurrency))],
         ["request batch sizes", ", ".join(map(str, sv.batch_sizes))],
         ["measurement window", f"{sv.measurement_ms} ms (stable: last 3 within 10%, at most 10)"],
-        ["duration / budget", f"{sv.duration_s} s / {sv.budget_s:g} s"], ["date", sv.date],
+        ["duration / budget", f"{sv.duration_s} s / {sv.budget_s:g} s"
+         + (f" (setup outside the budget: {sv.setup_s} s)" if sv.setup_s is not None else "")], ["date", sv.date],
         ["status", sv.status + (f": {sv.reason}" if sv.reason else "")]]))
+    ens = getattr(sv, "ensemble", None)
+    if ens is not None:
+        out.append(("p", f"Ensemble **{ens.name}** measured end to end; the configurations below are its step "
+                         f"**{ens.searched}** ({ens.role}): {ens.reason}."))
+        out.append(("table", ["step", "role", "instances", "max batch", "busy", "queue ms", "compute ms", "batch"],
+                    [[s.name, s.role, str(s.instances), str(s.max_batch_size),
+                      "-" if s.utilization is None else f"{100 * s.utilization:.0f}%",
+                      "-" if s.queue_ms is None else f"{s.queue_ms:.3f}",
+                      "-" if s.compute_ms is None else f"{s.compute_ms:.3f}",
+                      "-" if s.batch_size is None else f"{s.batch_size:.2f}"] for s in ens.steps]))
     by_name = {c.name: c for c in sv.configurations}
     rows = []
     for i, name in enumerate(sv.ranked, 1):
@@ -190,6 +201,7 @@ def write(ws, st, *, html_too: bool = False) -> Path:
     """(Re)write ``WS/report/summary.md`` (and ``summary.html``); returns the Markdown path."""
     from navigator.workspace.atomic import write_text
 
+    ws.check_no_links()
     folder = ws.report_dir
     folder.mkdir(parents=True, exist_ok=True)
     items = blocks(ws, st)

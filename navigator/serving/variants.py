@@ -1,5 +1,6 @@
 """config.pbtxt variants of one model (instance count, max batch size, dynamic
-batching) and ``--apply``: the chosen settings written into a user's repository.
+batching): the space searched, each variant, and ``--apply``: the chosen settings
+written into a user's repository.
 
 A variant starts from the emitted config (a ``ModelConfig`` message, never text
 surgery): ``instance_group[*].count``, ``max_batch_size`` and the
@@ -16,7 +17,44 @@ from pathlib import Path
 
 from navigator.errors import UserInputError
 from navigator.triton import backends
-from navigator.serving.search import Candidate
+from navigator.serving.search import Candidate, Space
+
+
+def space(base, role: str, opts, *, key: str) -> Space:
+    """The configurations to search for the model of config ``base`` (``role``: ``model``, or
+    an ensemble's Python step, searched by its instance count only) under the profile's
+    options: instance counts (default 1 … min(4, cores)), max batch sizes (default powers of
+    2 up to the emitted one) and queue delays (default 0)."""
+    cores = os.cpu_count() or 1
+    instances = tuple(sorted(set(opts.instance_counts))) if opts.instance_counts else \
+        tuple(range(1, min(4, cores) + 1))
+    if role != "model":      # a Python step: its instance count (model.py runs one request at a time)
+        if opts.max_batch_sizes or opts.queue_delays_us:
+            raise UserInputError(f"--max-batch-sizes/--queue-delays-us: the searched step {base.name} ({role}) "
+                                 "is searched by its instance count only")
+        delay = base.dynamic_batching.max_queue_delay_microseconds if base.HasField("dynamic_batching") else None
+        return Space(instances, (base.max_batch_size,), (delay,))
+    if base.max_batch_size == 0:
+        if opts.max_batch_sizes and any(opts.max_batch_sizes):
+            raise UserInputError(f"--max-batch-sizes: {base.name} does not batch (max_batch_size 0)")
+        return Space(instances, (0,), (None,))
+    if opts.max_batch_sizes:
+        sizes = tuple(sorted(set(opts.max_batch_sizes)))
+        if 0 in sizes:
+            raise UserInputError("--max-batch-sizes: 0 turns batching off; give sizes >= 1")
+        if backends.fixed_batch(base.backend, base.platform) and max(sizes) > base.max_batch_size:
+            raise UserInputError(f"--max-batch-sizes {max(sizes)}: the engine of {key} was built for batches "
+                                 f"up to {base.max_batch_size}")
+    else:
+        sizes, b = [], 1
+        while b < base.max_batch_size:
+            sizes.append(b)
+            b *= 2
+        sizes.append(base.max_batch_size)
+        sizes = tuple(sizes)
+    delays = opts.queue_delays_us if opts.queue_delays_us else (0,)
+    delays = tuple(sorted(set(delays), key=lambda d: (d is not None, d or 0)))   # none first, then ascending
+    return Space(instances, sizes, delays)
 
 
 def load_config(path: Path):
@@ -76,6 +114,26 @@ def write(path: Path, cfg) -> str:
     text = cfg_mod.to_text(cfg)
     write_text(path, text)
     return text
+
+
+def check_apply(path: Path, space) -> None:
+    """Before any measurement: whatever the search chooses can be written into ``path``
+    (an ensemble's target goes through :mod:`navigator.serving.ensemble` instead)."""
+    import os
+
+    base = load_config(path)
+    if base.platform == "ensemble":
+        raise UserInputError(f"--apply: {path} is an ensemble; its step models carry the instance groups")
+    sizes = [b for b in space.max_batch_sizes if b] if space is not None else []
+    if base.max_batch_size == 0 and sizes:
+        raise UserInputError(f"--apply: {path} does not batch (max_batch_size 0), but the search varies the max "
+                             f"batch size ({', '.join(map(str, sizes))})")
+    if base.max_batch_size and sizes and max(sizes) > base.max_batch_size and \
+            backends.fixed_batch(base.backend, base.platform):
+        raise UserInputError(f"--apply: the engine in {path.parent} was built for batches up to "
+                             f"{base.max_batch_size}; the search goes up to {max(sizes)}")
+    if not os.access(path.parent, os.W_OK):
+        raise UserInputError(f"--apply: {path.parent} is not writable")
 
 
 def apply(repo: Path, model: str, cand: Candidate, *, preferred: list[int]) -> Path:

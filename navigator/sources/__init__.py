@@ -24,7 +24,24 @@ from navigator.sources.onnx import ONNX_SUFFIXES, open_onnx
 from navigator.sources.tensorflow import open_saved_model, open_tf_object
 from navigator.sources.torch import open_torch, open_torch_file
 
-__all__ = ["Source", "open_source"]
+__all__ = ["Source", "open_source", "is_factory_spec", "is_hf_folder_spec"]
+
+
+def is_hf_folder_spec(model: Any, model_format: str | None = None) -> bool:
+    """A path to a Hugging Face model folder (a ``config.json`` of transformers), or any path with
+    ``--model-format huggingface``."""
+    if not isinstance(model, (str, os.PathLike)) or is_factory_spec(model):
+        return False
+    if model_format is not None:
+        return model_format == "huggingface"
+    path = Path(model)
+    saved_model = (path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file()
+    return path.is_dir() and not saved_model and is_hf_folder(path)
+
+
+def is_factory_spec(model: Any) -> bool:
+    """``path/to/file.py:factory``: a PyTorch factory named on the command line or to the API."""
+    return isinstance(model, str) and ":" in model and model.rpartition(":")[0].endswith(".py")
 
 
 def open_source(model: Any, model_format: str | None = None, signature_name: str | None = None, *,
@@ -45,7 +62,7 @@ def open_source(model: Any, model_format: str | None = None, signature_name: str
 
 def _open(model: Any, model_format: str | None, signature_name: str | None, task: str | None,
           trust_remote_code: bool) -> Source:
-    if isinstance(model, str) and ":" in model and model.rpartition(":")[0].endswith(".py"):
+    if is_factory_spec(model):
         from navigator import deps
         from navigator.sources import torch_support
 

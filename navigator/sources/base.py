@@ -84,6 +84,11 @@ class Source:
     def _digest(self) -> str | None:
         return sha256_file(self.path) if self.path and self.path.is_file() else None
 
+    def identity(self) -> str | None:
+        """What status.yaml's ``model.path`` names: the file or folder the user gave (resolved),
+        ``file.py:factory`` for a factory; None for a live object (nothing on disk names it)."""
+        return str(self.path.resolve()) if self.path and self.obj is None else None
+
     def generate(self, signature: ModelSignature, **options) -> list[dict]:
         """Generated sample batches (:func:`navigator.sources.samples.generate`'s options); a source
         that knows what its inputs look like (a Hugging Face model's padding masks) overrides it."""

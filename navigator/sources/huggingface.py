@@ -36,12 +36,37 @@ class HFSource(TorchSource):
     huggingface: dict = field(default_factory=dict)      # status.yaml model.huggingface
     keep: set = field(default_factory=set)                # inputs the user gave value ranges for
 
+    def identity(self) -> str | None:
+        return str(self.folder.path.resolve()) if self.folder is not None else None
+
     def _digest(self) -> str | None:
         if self.folder is None:
             return None                  # a live model: no resume
         import hashlib
 
         return hashlib.sha256(f"{self.folder.sha256()}\0{self.task.name}".encode()).hexdigest()
+
+    # -------------------------------------------------------------- prepared in a worker
+    def worker_facts(self) -> dict:
+        """What the calling process keeps of a folder prepared in a worker (JSON-safe): enough to
+        write source.json and status.yaml; the model itself stays in the worker."""
+        return {"kind": "huggingface", "name": self.name, "folder": str(self.folder.path), "task": self.task.name,
+                "io": self.io.to_json(), "outputs": list(self.output_fields), "fixed": dict(self.fixed),
+                "trust_remote_code": self.trust_remote_code, "huggingface": dict(self.huggingface),
+                "index_bounds": dict(self.index_bounds), "notes": list(self.notes)}
+
+    @classmethod
+    def from_facts(cls, facts: dict, signature) -> "HFSource":
+        from navigator.sources import hf_support as hs
+        from navigator.sources import torch_support as ts
+        from navigator.sources.hf_folder import read_folder
+
+        folder = read_folder(facts["folder"])
+        return cls(format="torch", key="torch", name=facts["name"], path=folder.path, isolated=True,
+                   reference_runner=None, signature=signature, index_bounds=facts["index_bounds"],
+                   notes=facts["notes"], io=ts.TorchIO.from_json(facts["io"]), folder=folder,
+                   task=hs.TASKS[facts["task"]], fixed=facts["fixed"], output_fields=facts["outputs"],
+                   trust_remote_code=facts["trust_remote_code"], huggingface=facts["huggingface"])
 
     # -------------------------------------------------------------- inputs
     def resolve(self, samples: Any, config, batch_dim_option: int | None, no_batching: bool):

@@ -25,6 +25,15 @@ class TorchSource(Source):
     default_targets: tuple | None = None
     generated_float: list = field(default_factory=list)   # inputs generated as float32 by default
     reference_digest: str | None = None   # of the reference outputs complete() computed
+    state_sha256: str | None = None       # a factory's weights when the reference was computed
+
+    def identity(self) -> str | None:
+        if self.file_kind and self.factory:          # a .pt / .pt2 file
+            return str(Path(self.factory).resolve())
+        if self.factory:                             # file.py:factory
+            file, _, attr = self.factory.rpartition(":")
+            return f"{Path(file).resolve()}:{attr}"
+        return None
 
     def _digest(self) -> str | None:
         if self.file_kind and self.factory:          # a .pt / .pt2 file
@@ -220,6 +229,8 @@ class TorchSource(Source):
 
         out_path.parent.mkdir(parents=True, exist_ok=True)
         record = ts.source_record(self.factory, self.file_kind)
+        if self.state_sha256 and record["kind"] == "factory":
+            record["state_sha256"] = self.state_sha256
         if self.file_kind:   # keep a copy of the model file in the workspace: the record points at it
             import shutil
 
@@ -252,6 +263,8 @@ def open_torch(model: Any, factory: str | None) -> TorchSource:
 
     module = ts.prepare_module(model)
     name = Path(factory.rpartition(":")[0]).stem if factory else type(model).__name__
-    # A factory is rebuilt in every worker; a live object is used only in this process.
+    # A factory is rebuilt in every worker (its weights checked against these); a live object is
+    # used only in this process.
     return TorchSource(format="torch", key="torch", name=name, obj=module, isolated=factory is not None,
-                       factory=factory, reference_runner=None)
+                       factory=factory, reference_runner=None,
+                       state_sha256=ts.state_digest(module) if factory else None)

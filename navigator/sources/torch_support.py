@@ -65,6 +65,8 @@ def load_factory(spec: str):
         raise UserInputError(f"{path} has no {attr!r}; callables there: {', '.join(have) or 'none'}")
     try:
         model = factory() if callable(factory) and not is_torch_module(factory) else factory
+    except SystemExit as e:   # sys.exit() in a factory ends nothing of ours silently
+        raise UserInputError(f"{spec}: the factory called sys.exit({e.code!r})") from None
     except Exception as e:
         raise UserInputError(f"{spec}: the factory raised {type(e).__name__}: {e}") from None
     if not is_torch_module(model):
@@ -304,10 +306,30 @@ def load_model_file(path: str | os.PathLike, kind: str):
             from None
 
 
+def state_digest(module) -> str:
+    """One digest of a module's parameters and buffers (names, dtypes, shapes, bytes)."""
+    import hashlib
+
+    import torch
+
+    h = hashlib.sha256(b"navigator-state-v1\n")
+    for name, t in sorted(module.state_dict().items()):
+        t = t.detach().to("cpu").contiguous()
+        h.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\n".encode())
+        h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
 def rebuild(record: dict, io: TorchIO):
-    """The flat module described by a source record (in a worker or a reproducer)."""
+    """The flat module described by a source record (in a worker or a reproducer). A factory must
+    build the same weights every time: the digest recorded when the reference was computed is
+    checked, and a factory that is not seeded is one clear error instead of every format failing."""
     if record["kind"] == "factory":
         inner = prepare_module(load_factory(f"{record['file']}:{record['factory']}"))
+        if record.get("state_sha256") and state_digest(inner) != record["state_sha256"]:
+            raise UserInputError(f"{record['file']}:{record['factory']} built other weights than when the "
+                                 "reference was computed: the factory is not deterministic",
+                                 hint="seed it (torch.manual_seed) or load a checkpoint in the factory")
     elif record["kind"] in ("torchscript", "torch_export"):
         inner = load_model_file(record["file"], record["kind"])
     elif record["kind"] == "huggingface":   # a save_pretrained folder (navigator.sources.huggingface)
@@ -371,6 +393,10 @@ def user_batch_to_numpy(batch: Any, io: TorchIO, where: str) -> dict:
 
 
 # ------------------------------------------------------------------ the module for converters and runners
+class LiveModuleUnavailable(UserInputError):
+    """The source is a live module of another process: a runner here cannot run it (``skipped``)."""
+
+
 @dataclass
 class LiveModel:
     """What an export needs: the flat module, its I/O, an example input, the profile."""
@@ -395,8 +421,8 @@ def workspace_module(ws_root: Path, live: Any = None):
     if module is None:
         module = live
     if module is None:
-        raise UserInputError("the source was a live nn.Module that exists only in the process that called "
-                             "navigator.convert; re-run it from there, or pass path/to/file.py:factory")
+        raise LiveModuleUnavailable("the source was a live nn.Module that exists only in the process that called "
+                                    "navigator.convert; re-run it from there, or pass path/to/file.py:factory")
     return module, io, record
 
 

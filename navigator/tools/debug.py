@@ -270,6 +270,7 @@ def debug_workspace(workspace: str | os.PathLike, key: str, *, runner: str | Non
         if core["tensors_compared"] == 0:
             report["status"] = "not_localized"
             report["reason"] = "no intermediate tensor has the same name on both sides"
+    ws.check_no_links(below=ws.report_dir)
     path = ws.debug_report(key)
     write_text(path, json.dumps(report, indent=1, default=str) + "\n")
     report["report_path"] = str(path)

@@ -5,25 +5,34 @@ model batches):
 
 ``preprocess.py``
     ``def preprocess(**inputs) -> dict`` gets the ensemble's raw inputs as
-    keyword arguments and returns ``{model input name: array}``. Its named
-    parameters are the ensemble's inputs (``**kwargs`` takes every tensor of
-    the example batch). A model input it does not return is fed from the raw
-    input of the same name. The example batch is the workspace's stored
-    sample (``samples/inputs/000.npz``) unless the file defines
-    ``example_inputs() -> dict`` (raw inputs that differ from the model's,
-    e.g. uint8 images).
+    keyword arguments and returns ``{name: array}``: the model's inputs by the
+    workspace's names, and anything else postprocess needs (a letterbox's
+    scale and padding). Its named parameters are the ensemble's inputs
+    (``**kwargs`` takes every tensor of the examples). A model input it does
+    not return is fed from the raw input of the same name. The examples are
+    the workspace's stored samples (``samples/inputs/*.npz``) unless the file
+    defines ``example_inputs()`` returning one batch ``{name: array}`` or a
+    list of them (raw inputs that differ from the model's, e.g. uint8 images
+    of several sizes).
 ``postprocess.py``
-    ``def postprocess(**outputs) -> dict`` gets the model's outputs (by the
-    workspace's names; named parameters pick some, ``**kwargs`` takes all) and
-    returns ``{ensemble output name: array}``. It is probed on the stored
-    reference outputs (``samples/reference/000.npz``).
+    ``def postprocess(**outputs) -> dict`` gets the model's outputs by the
+    workspace's names and any of preprocess's outputs it names (named
+    parameters pick; ``**kwargs`` takes every model output and the preprocess
+    outputs the model does not take) and returns ``{ensemble output: array}``.
+    It is probed on the stored reference outputs (``samples/reference/*.npz``),
+    with preprocess's outputs from its examples, row by row, cycled to each
+    reference batch.
 
-Both functions run at emit time on those examples to learn the names, dtypes
-and ranks of every tensor; the ensemble is then checked against Triton's
-rules (FACTS.md: every input used, every output produced, each output-map
-value once, no instance_group/optimization/warm-up on the ensemble, its
-max_batch_size at most every step's, consistent dtypes and shapes) before
-anything is written. A violation is a UserInputError naming the rule.
+Both functions run at emit time on every example (up to 8) to learn the names,
+dtypes and dims of every tensor: a dim is fixed where every example agrees and
+the model does not say otherwise, -1 where they differ (with a single example
+every dim the model leaves open stays -1, said in a note). A per-row scalar of a
+batching step (the function takes or returns ``[batch]``) is ``dims: [1]`` with
+``reshape { shape: [] }`` on the step, and ``dims: [1]`` on the ensemble (Triton
+compares an ensemble's tensors with its steps' dims, not their reshape). The
+ensemble is then checked against Triton's rules
+(:mod:`navigator.triton.ensemble_rules`) before anything is written; a
+violation is a UserInputError naming the rule.
 """
 
 from __future__ import annotations
@@ -34,8 +43,12 @@ from typing import Any, Callable
 
 from navigator.errors import UserInputError
 from navigator.triton.config import ModelPlan, Step, TensorPlan
+from navigator.triton.ensemble_rules import check, raise_if_invalid
+
+__all__ = ["PRE", "POST", "plan", "check", "raise_if_invalid", "derive_dims", "load_function"]
 
 PRE, POST = "preprocess", "postprocess"
+MAX_EXAMPLES = 8        # example batches a step is probed on
 
 
 # --------------------------------------------------------------------------- user functions
@@ -56,11 +69,13 @@ def load_function(path: str | Path, name: str) -> tuple[Callable, Any]:
     return fn, module
 
 
-def parameters(fn: Callable, available: list[str], flag: str, what: str) -> list[str]:
-    """The tensors ``fn`` takes: its named parameters, or all of ``available`` with ``**kwargs``."""
+def parameters(fn: Callable, available: list[str], flag: str, what: str,
+               everything: list[str] | None = None) -> list[str]:
+    """The tensors ``fn`` takes: its named parameters, or with ``**kwargs`` all of
+    ``everything`` (default ``available``)."""
     params = inspect.signature(fn).parameters.values()
     if any(p.kind == p.VAR_KEYWORD for p in params):
-        return list(available)
+        return list(available if everything is None else everything)
     names = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     if any(p.kind == p.VAR_POSITIONAL for p in params):
         raise UserInputError(f"{flag}: tensors are passed by name; take them as keyword parameters, not *args")
@@ -80,7 +95,7 @@ def probe(fn: Callable, feeds: dict, flag: str) -> dict:
     try:
         result = fn(**feeds)
     except Exception as e:
-        raise UserInputError(f"{flag}: calling it on the stored example failed ({type(e).__name__}: {e})") from None
+        raise UserInputError(f"{flag}: calling it on an example failed ({type(e).__name__}: {e})") from None
     if not isinstance(result, dict):
         raise UserInputError(f"{flag}: it returned {type(result).__name__}; return a dict {{name: array}}")
     out = {}
@@ -94,6 +109,23 @@ def probe(fn: Callable, feeds: dict, flag: str) -> dict:
     return out
 
 
+
+# --------------------------------------------------------------------------- examples and dims
+def example_batches(value: Any, flag: str) -> list[dict]:
+    """``example_inputs()``'s result: one batch ``{name: array}`` or a list of them."""
+    import numpy as np
+
+    batches = [value] if isinstance(value, dict) else list(value) if isinstance(value, (list, tuple)) else None
+    if not batches or not all(isinstance(b, dict) and b for b in batches):
+        raise UserInputError(f"{flag}: example_inputs() must return a non-empty dict {{name: array}} or a list of "
+                             "them (one per example batch)")
+    out = [{str(k): np.asarray(v) for k, v in b.items()} for b in batches]
+    if any(set(b) != set(out[0]) for b in out):
+        raise UserInputError(f"{flag}: example_inputs() batches name different tensors ({', '.join(out[0])} in the "
+                             "first); every batch needs the same names")
+    return out[:MAX_EXAMPLES]
+
+
 def _check_batch_first(tensors: dict, batch: int, flag: str, what: str) -> None:
     for name, arr in tensors.items():
         if arr.ndim == 0 or arr.shape[0] != batch:
@@ -102,22 +134,52 @@ def _check_batch_first(tensors: dict, batch: int, flag: str, what: str) -> None:
                                  "(or serve without batching: --max-batch-size 0)")
 
 
-def _dims(arr, batching: bool, like: list[int] | None = None) -> list[int]:
-    """Config dims of a probed tensor: -1 where the size may vary, the probed size where the
-    tensor it must match (``like``) is static, so a mismatch surfaces as a rule violation."""
-    shape = list(arr.shape[1:] if batching else arr.shape)
-    if not shape:
-        return [1]
-    if like is not None and len(like) == len(shape):
-        return [s if d > 0 else -1 for s, d in zip(shape, like)]
-    return [-1] * len(shape)
+def _gather(results: list[dict], flag: str, what: str) -> dict[str, list]:
+    """``{name: [array per example]}``; every example must give the same names, dtypes and ranks."""
+    first = results[0]
+    for n, r in enumerate(results[1:], 2):
+        if set(r) != set(first):
+            raise UserInputError(f"{flag}: example {n} gave {what}s {', '.join(r)}, example 1 gave "
+                                 f"{', '.join(first)}; the names must not depend on the input")
+        for name, arr in r.items():
+            if arr.dtype != first[name].dtype or arr.ndim != first[name].ndim:
+                raise UserInputError(f"{flag}: {what} {name!r} is {arr.dtype} of rank {arr.ndim} for example {n} "
+                                     f"but {first[name].dtype} of rank {first[name].ndim} for example 1")
+    return {name: [r[name] for r in results] for name in first}
+
+
+def derive_dims(arrays: list, batching: bool, like: list[int] | None = None) -> tuple[list[int], list[int] | None]:
+    """(config dims, reshape) of a tensor seen in ``arrays`` (one per example, batch first when
+    ``batching``): a dim is fixed where every example agrees (given two examples or more), -1
+    where they differ; ``like`` (the dims of the model tensor it must match) fixes the dims the
+    model fixes, to the size seen (a mismatch then surfaces as an ensemble rule). A per-row
+    scalar of a batching model is dims [1] with an empty reshape."""
+    shapes = [tuple(a.shape[1:] if batching else a.shape) for a in arrays]
+    if not shapes[0]:
+        if not batching:
+            raise UserInputError("a scalar (rank-0) tensor cannot be served by Triton without batching")
+        return [1], []
+    several = len(shapes) > 1
+    dims = [s if several and all(sh[i] == s for sh in shapes) else -1 for i, s in enumerate(shapes[0])]
+    if like is not None and len(like) == len(dims):   # a size the model does not take wins: it is refused
+        dims = [next((sh[i] for sh in shapes if sh[i] != d), d) if d > 0 else dims[i] for i, d in enumerate(like)]
+    return dims, None
+
+
+def _open_dims(dims: list[int], like: list[int] | None) -> bool:
+    """Whether a -1 of ``dims`` comes from having one example only (not from the model)."""
+    return any(d < 0 and (like is None or len(like) != len(dims) or like[i] < 0) for i, d in enumerate(dims))
 
 
 # --------------------------------------------------------------------------- planning
-def plan(core: ModelPlan, *, name: str, preprocess: str | None, postprocess: str | None, sample: dict,
-         reference: dict, instance_count: int) -> list[ModelPlan]:
+def plan(core: ModelPlan, *, name: str, preprocess: str | None, postprocess: str | None, samples: list[dict],
+         references: list[dict], instance_count: int, notes: list[str] | None = None) -> list[ModelPlan]:
     """The pre/post step plans and the ensemble plan around ``core`` (whose tensors carry
-    our names in ``source``). Runs the user's functions on the examples."""
+    our names in ``source``). Runs the user's functions on the examples (``samples``: the
+    stored input batches; ``references``: the stored reference outputs, in the same order)."""
+    import numpy as np
+
+    notes = notes if notes is not None else []
     batching = core.max_batch_size > 0
     by_source_in = {t.source: t for t in core.inputs}
     by_source_out = {t.source: t for t in core.outputs}
@@ -127,6 +189,8 @@ def plan(core: ModelPlan, *, name: str, preprocess: str | None, postprocess: str
     ens_outputs: list[TensorPlan] = []
     model_in_map: dict[str, str] = {}
     model_out_map: dict[str, str] = {}
+    pre_tensors: dict[str, TensorPlan] = {}       # preprocess outputs by name
+    pre_values: dict[str, list] = {}              # preprocess outputs per example
 
     def step_plan(role: str, inputs: list[TensorPlan], outputs: list[TensorPlan], file_name: str) -> ModelPlan:
         p = ModelPlan(name=f"{name}_{role}", role=role, backend="python", default_model_filename="model.py",
@@ -135,87 +199,136 @@ def plan(core: ModelPlan, *, name: str, preprocess: str | None, postprocess: str
         p.notes.append(f"{role} step from {Path(file_name).name}")
         return p
 
+    def single_example(flag: str, what: str, tensors: list[tuple[str, list[int], list[int] | None]]) -> None:
+        open_ = [n for n, dims, like in tensors if _open_dims(dims, like)]
+        if open_:
+            notes.append(f"{name}: {flag} was probed on one example only, so the dims of {', '.join(open_)} stay "
+                         f"variable (-1); {what} to fix the dims that never vary")
+
     # ---- preprocess (or the model's own inputs)
     if preprocess:
         flag = f"--{PRE}"
         fn, module = load_function(preprocess, PRE)
-        example = sample
+        examples = [{k: np.asarray(v) for k, v in s.items()} for s in samples][:MAX_EXAMPLES]
         if callable(getattr(module, "example_inputs", None)):
             try:
-                example = module.example_inputs()
+                value = module.example_inputs()
             except Exception as e:
                 raise UserInputError(f"{flag}: example_inputs() raised {type(e).__name__}: {e}") from None
-            if not isinstance(example, dict) or not example:
-                raise UserInputError(f"{flag}: example_inputs() must return a non-empty dict {{name: array}}")
-        import numpy as np
-
-        example = {str(k): np.asarray(v) for k, v in example.items()}
-        taken = parameters(fn, list(example), flag, "example inputs")
-        result = probe(fn, {n: example[n] for n in taken}, flag)
-        if batching:
-            batch = int(example[taken[0]].shape[0]) if example[taken[0]].ndim else -1
-            _check_batch_first({n: example[n] for n in taken}, batch, flag, "input")
-            _check_batch_first(result, batch, flag, "output")
-        passthrough = [t.source for t in core.inputs if t.source not in result and t.source in example]
+            examples = example_batches(value, flag)
+        if not examples:
+            raise UserInputError(f"{flag}: no example to probe it with (no stored sample, no example_inputs())")
+        taken = parameters(fn, list(examples[0]), flag, "example inputs")
+        results = []
+        for ex in examples:
+            feeds = {n: ex[n] for n in taken}
+            result = probe(fn, feeds, flag)
+            if batching:
+                batch = int(feeds[taken[0]].shape[0]) if feeds[taken[0]].ndim else -1
+                _check_batch_first(feeds, batch, flag, "input")
+                _check_batch_first(result, batch, flag, "output")
+            results.append(result)
+        pre_values = _gather(results, flag, "output")
+        passthrough = [t.source for t in core.inputs if t.source not in pre_values and t.source in examples[0]]
         raw = list(dict.fromkeys(taken + passthrough))
+        seen = []
+        pre_inputs = []
         for n in raw:
             like = by_source_in[n].dims if n in by_source_in else None
-            ens_inputs.append(TensorPlan(name=n, source=n, feed=n, dtype=str(example[n].dtype),
-                                         dims=_dims(example[n], batching, like)))
-        pre_inputs = [TensorPlan(name=t.name, source=t.source, feed=t.feed, dtype=t.dtype, dims=list(t.dims))
-                      for t in ens_inputs if t.name in taken]
+            dims, reshape = derive_dims([ex[n] for ex in examples], batching, like)
+            seen.append((n, dims, like))
+            dtype = str(examples[0][n].dtype)
+            ens_inputs.append(TensorPlan(name=n, source=n, feed=n, dtype=dtype, dims=dims))
+            if n in taken:
+                pre_inputs.append(TensorPlan(name=n, source=n, feed=n, dtype=dtype, dims=dims, reshape=reshape))
         pre_outputs = []
-        for out_name, arr in result.items():
-            target = by_source_in.get(out_name)
-            pre_outputs.append(TensorPlan(name=out_name, source=out_name, feed=out_name, dtype=str(arr.dtype),
-                                          dims=_dims(arr, batching, target.dims if target else None)))
+        for out_name, arrays in pre_values.items():
+            like = by_source_in[out_name].dims if out_name in by_source_in else None
+            dims, reshape = derive_dims(arrays, batching, like)
+            seen.append((out_name, dims, like))
+            t = TensorPlan(name=out_name, source=out_name, feed=out_name, dtype=str(arrays[0].dtype), dims=dims,
+                           reshape=reshape)
+            pre_outputs.append(t)
+            pre_tensors[out_name] = t
+        if len(examples) < 2:
+            single_example(flag, "define example_inputs() returning several batches (a list)", seen)
         pre = step_plan(PRE, pre_inputs, pre_outputs, preprocess)
         plans.append(pre)
         steps.append(Step(pre.name, {t.name: t.name for t in pre_inputs},
                           {t.name: f"preprocessed_{t.name}" for t in pre_outputs}))
         for t in core.inputs:
-            if t.source in result:
+            if t.source in pre_values:
                 model_in_map[t.name] = f"preprocessed_{t.source}"
-            elif t.source in example:
+            elif t.source in examples[0]:
                 model_in_map[t.name] = t.source
     else:
-        for t in core.inputs:
+        for t in core.inputs:      # an ensemble's tensors take the step's dims, never a reshape
             ens_inputs.append(TensorPlan(name=t.source, source=t.source, feed=t.source, dtype=t.dtype,
-                                         dims=list(t.dims), reshape=t.reshape))
+                                         dims=list(t.dims)))
             model_in_map[t.name] = t.source
 
     # ---- postprocess (or the model's own outputs)
     if postprocess:
         flag = f"--{POST}"
         fn, _ = load_function(postprocess, POST)
-        taken = parameters(fn, [t.source for t in core.outputs], flag, "model outputs")
-        missing = [n for n in taken if n not in reference]
+        model_outs = [t.source for t in core.outputs]
+        pre_outs = [n for n in pre_tensors if n not in by_source_out]
+        extra = [n for n in pre_outs if n not in by_source_in]      # what **kwargs takes from preprocess
+        what = "model outputs" + (" or preprocess outputs" if pre_outs else "")
+        taken = parameters(fn, model_outs + pre_outs, flag, what, everything=model_outs + extra)
+        clash = [n for n in taken if n in by_source_out and n in pre_tensors]
+        if clash:
+            raise UserInputError(f"{flag}: {clash[0]!r} is both a model output and a preprocess output; rename the "
+                                 "preprocess output")
+        refs = [r for r in references][:MAX_EXAMPLES]
+        if not refs:
+            raise UserInputError(f"{flag}: the workspace has no reference outputs (samples/reference/*.npz) to probe "
+                                 "it with")
+        missing = [n for n in taken if n in by_source_out and n not in refs[0]]
         if missing:
             raise UserInputError(f"{flag}: the stored reference outputs lack {missing[0]!r}")
-        result = probe(fn, {n: reference[n] for n in taken}, flag)
-        if not result:
-            raise UserInputError(f"{flag}: it returned an empty dict; an ensemble needs at least one output")
-        if batching:
-            ref_batch = int(reference[taken[0]].shape[0])
-            _check_batch_first(result, ref_batch, flag, "output")
-        post_inputs = [TensorPlan(name=n, source=n, feed=n, dtype=by_source_out[n].dtype,
-                                  dims=list(by_source_out[n].dims), reshape=by_source_out[n].reshape) for n in taken]
-        post_outputs = []
-        for out_name, arr in result.items():
-            post_outputs.append(TensorPlan(name=out_name, source=out_name, feed=out_name, dtype=str(arr.dtype),
-                                           dims=_dims(arr, batching)))
+        pools = {n: _rows(pre_values[n], batching) for n in taken if n in pre_tensors}
+        results = []
+        for ref in refs:
+            feeds = {n: np.asarray(ref[n]) for n in taken if n in by_source_out}
+            batch = int(next(iter(feeds.values())).shape[0]) if batching and feeds else None
+            for n, pool in pools.items():
+                feeds[n] = pool if not batching else np.take(pool, np.arange(batch or len(pool)) % len(pool), axis=0)
+            result = probe(fn, {n: feeds[n] for n in taken}, flag)
+            if not result:
+                raise UserInputError(f"{flag}: it returned an empty dict; an ensemble needs at least one output")
+            if batching and batch is not None:
+                _check_batch_first(result, batch, flag, "output")
+            results.append(result)
+        post_values = _gather(results, flag, "output")
+        post_inputs = []
+        for n in taken:
+            src = by_source_out[n] if n in by_source_out else pre_tensors[n]
+            post_inputs.append(TensorPlan(name=n, source=n, feed=n, dtype=src.dtype, dims=list(src.dims),
+                                          reshape=src.reshape))
+        post_outputs, seen = [], []
+        for out_name, arrays in post_values.items():
+            dims, reshape = derive_dims(arrays, batching)
+            seen.append((out_name, dims, None))
+            post_outputs.append(TensorPlan(name=out_name, source=out_name, feed=out_name, dtype=str(arrays[0].dtype),
+                                           dims=dims, reshape=reshape))
+        if len(refs) < 2:
+            single_example(flag, "store more than one sample batch (navigator convert --sample-count)", seen)
         post = step_plan(POST, post_inputs, post_outputs, postprocess)
         plans.append(post)
         for n in taken:
-            model_out_map[by_source_out[n].name] = f"model_{n}"
-        steps.append(Step(post.name, {n: f"model_{n}" for n in taken}, {t.name: t.name for t in post_outputs}))
+            if n in by_source_out:
+                model_out_map[by_source_out[n].name] = f"model_{n}"
+        steps.append(Step(post.name, {n: (f"model_{n}" if n in by_source_out else f"preprocessed_{n}")
+                                      for n in taken},
+                          {t.name: t.name for t in post_outputs}))
         ens_outputs = [TensorPlan(name=t.name, source=t.name, feed=t.name, dtype=t.dtype, dims=list(t.dims))
                        for t in post_outputs]
     else:
         for t in core.outputs:
             model_out_map[t.name] = t.source
             ens_outputs.append(TensorPlan(name=t.source, source=t.source, feed=t.source, dtype=t.dtype,
-                                          dims=list(t.dims), reshape=t.reshape))
+                                          dims=list(t.dims)))
 
     steps.insert(1 if preprocess else 0, Step(core.name, model_in_map, model_out_map))
     ensemble = ModelPlan(name=name, role="ensemble", platform="ensemble", max_batch_size=core.max_batch_size,
@@ -223,138 +336,14 @@ def plan(core: ModelPlan, *, name: str, preprocess: str | None, postprocess: str
     return plans + [ensemble]
 
 
-# --------------------------------------------------------------------------- Triton's rules
-def _full(dims, batching: bool) -> list[int]:
-    return ([-1] if batching else []) + list(dims)
+def _rows(arrays: list, batching: bool):
+    """Preprocess outputs of every example as one pool of rows (batching), or the first
+    example's value; rows of different shapes cannot stack, so then the first example's."""
+    import numpy as np
 
-
-def _dims_match(a: list[int], b: list[int]) -> bool:
-    return len(a) == len(b) and all(x == y or x == -1 or y == -1 for x, y in zip(a, b))
-
-
-def check(ensemble, steps: dict) -> list[str]:
-    """Triton's ensemble rules (FACTS.md; core's ensemble_utils.cc and model_config_utils.cc)
-    on an ensemble ``ModelConfig`` and its steps' configs ``{model name: ModelConfig}``.
-    Returns the violations, each naming the rule; empty when the ensemble is valid."""
-    from tritonclient.grpc import model_config_pb2 as mc
-
-    out: list[str] = []
-    if ensemble.platform != "ensemble":
-        out.append(f"platform must be 'ensemble', not {ensemble.platform!r}")
-    if ensemble.instance_group:
-        out.append("an ensemble takes no instance_group (its steps have their own)")
-    if ensemble.HasField("optimization"):
-        out.append("an ensemble takes no optimization settings")
-    if ensemble.model_warmup:
-        out.append("an ensemble takes no model_warmup (warm its steps instead)")
-    for other in ("dynamic_batching", "sequence_batching"):
-        if ensemble.HasField(other):
-            out.append(f"{other} and ensemble_scheduling exclude each other")
-    schedule = ensemble.ensemble_scheduling.step
-    if not schedule:
-        return out + ["the ensemble has no steps"]
-    batching = ensemble.max_batch_size > 0
-    ens_in = {io.name: io for io in ensemble.input}
-    ens_out = {io.name: io for io in ensemble.output}
-    if not ens_out:
-        out.append("the ensemble has no outputs")
-    # tensor -> (data type, full dims, where it was seen)
-    seen: dict[str, tuple[int, list[int], str]] = {
-        n: (io.data_type, _full(io.dims, batching), f"ensemble {kind}")
-        for kind, group in (("input", ens_in), ("output", ens_out)) for n, io in group.items()}
-    for n in set(ens_in) & set(ens_out):
-        out.append(f"tensor {n!r} is both an ensemble input and an ensemble output")
-
-    def consistent(tensor: str, io, step_batching: bool, where: str) -> None:
-        dt, full = io.data_type, _full(io.dims, step_batching)
-        if tensor not in seen:
-            seen[tensor] = (dt, full, where)
-            return
-        dt0, full0, where0 = seen[tensor]
-        if dt != dt0:
-            out.append(f"ensemble tensor {tensor!r}: inconsistent data type, {mc.DataType.Name(dt0)} from {where0} "
-                       f"but {mc.DataType.Name(dt)} from {where}")
-        elif not (_dims_match(full, full0) or _dims_match(list(io.dims), full0[1:] if batching else full0)):
-            out.append(f"ensemble tensor {tensor!r}: inconsistent shape, {full0} from {where0} but {full} from "
-                       f"{where}")
-
-    producers: dict[str, str] = {}
-    consumers: dict[str, list[str]] = {}
-    for i, step in enumerate(schedule):
-        model = step.model_name
-        cfg = steps.get(model)
-        if not model:
-            out.append(f"step {i} names no model")
-            continue
-        if cfg is None:
-            out.append(f"step {i} runs model {model!r}, which is not part of this repository write")
-            continue
-        if not step.input_map:
-            out.append(f"step {model!r} has no input_map")
-        if not step.output_map:
-            out.append(f"step {model!r} has no output_map")
-        if cfg.max_batch_size != 0 and cfg.max_batch_size < ensemble.max_batch_size:
-            out.append(f"max_batch_size {ensemble.max_batch_size} of the ensemble exceeds step {model!r}'s "
-                       f"{cfg.max_batch_size} (the ensemble's must be <= every step's)")
-        if ensemble.max_batch_size == 0 and cfg.max_batch_size > 0:
-            pass  # a non-batching ensemble may hold batching steps (shapes are checked in full)
-        step_batching = cfg.max_batch_size > 0
-        inputs = {io.name: io for io in cfg.input}
-        outputs = {io.name: io for io in cfg.output}
-        for k, tensor in step.input_map.items():
-            if k not in inputs:
-                out.append(f"step {model!r}: input_map names {k!r}, which the model does not take "
-                           f"(inputs: {', '.join(inputs)})")
-                continue
-            consumers.setdefault(tensor, []).append(model)
-            consistent(tensor, inputs[k], step_batching, f"input {k!r} of {model!r}")
-        for k, io in inputs.items():
-            if k not in step.input_map and not io.optional:
-                out.append(f"input {k!r} of step {model!r} is not mapped to any ensemble tensor (every input of "
-                           "every step must be fed)")
-        for k, tensor in step.output_map.items():
-            if k not in outputs:
-                out.append(f"step {model!r}: output_map names {k!r}, which the model does not produce "
-                           f"(outputs: {', '.join(outputs)})")
-                continue
-            if tensor in producers or tensor in ens_in:
-                first = producers.get(tensor, "the ensemble's inputs")
-                out.append(f"ensemble tensor {tensor!r} appears in an output map more than once ({first} and "
-                           f"{model!r}): each output-map value must be written once")
-                continue
-            producers[tensor] = model
-            consistent(tensor, outputs[k], step_batching, f"output {k!r} of {model!r}")
-    # data flow: a step runs once all its inputs are ready
-    ready = set(ens_in)
-    pending = [s for s in schedule if s.model_name in steps]
-    progress = True
-    while progress:
-        progress = False
-        for s in list(pending):
-            if all(t in ready for t in s.input_map.values()):
-                ready.update(s.output_map.values())
-                pending.remove(s)
-                progress = True
-    for s in pending:
-        waiting = sorted(t for t in s.input_map.values() if t not in ready)
-        out.append(f"step {s.model_name!r} never runs: no step writes {', '.join(repr(t) for t in waiting)}")
-    for n in ens_in:
-        if n not in consumers:
-            out.append(f"ensemble input {n!r} is not used by any step (every input must be used)")
-    for n in ens_out:
-        if n not in producers:
-            out.append(f"ensemble output {n!r} is not produced by any step (every output must be produced)")
-        elif n not in ready:
-            out.append(f"ensemble output {n!r} is never written (its step never runs)")
-    for tensor, model in producers.items():
-        if tensor not in ens_out and tensor not in consumers:
-            out.append(f"ensemble tensor {tensor!r} written by step {model!r} is never used (Triton refuses unused "
-                       "tensors: return only what the next step takes)")
-    return out
-
-
-def raise_if_invalid(ensemble, steps: dict) -> None:
-    violations = check(ensemble, steps)
-    if violations:
-        more = f" (+{len(violations) - 1} more: {'; '.join(violations[1:])})" if len(violations) > 1 else ""
-        raise UserInputError(f"ensemble {ensemble.name!r} breaks Triton's ensemble rules: {violations[0]}{more}")
+    if not batching:
+        return arrays[0]
+    try:
+        return np.concatenate(arrays, axis=0)
+    except ValueError:
+        return arrays[0]

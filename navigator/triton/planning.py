@@ -19,7 +19,8 @@ from navigator.triton.options import TritonOptions
 
 log = logging.getLogger("navigator.triton.repository")
 
-_NEAR_PEAK = 0.9     # preferred batch sizes: profiled sizes within 10% of the peak throughput
+_MIN_SIZES = 3       # preferred batch sizes: profiled sizes needed to call a peak an optimum ...
+_MIN_DROP = 0.05     # ... and how much lower (at least) a larger size must be
 
 
 @dataclass
@@ -142,23 +143,45 @@ def _instance_kind(fmt: str, fs, serving: backends.Serving, opts: TritonOptions,
     return {"cpu": "KIND_CPU", "gpu": "KIND_GPU", "auto": "KIND_AUTO"}[wanted]
 
 
-def _preferred(fs, kind: str, max_batch_size: int) -> list[int]:
-    """Profiled batch sizes within 10% of the peak throughput of the runner that matches the
-    instance kind (CUDA runners for GPU instances, CPU ones for CPU)."""
-    candidates = []
-    for rs in fs.runners.values():
-        if rs.verify.status != "ok" or rs.profile.status != "ok" or not rs.profile.results:
-            continue
-        candidates.append(rs)
+def _preferred(fs, kind: str, max_batch_size: int) -> tuple[list[int], str]:
+    """(preferred batch sizes, why none) from the in-process profile of the runner that
+    matches the instance kind (CUDA runners for GPU instances, CPU ones for CPU).
+
+    A preferred size caps the batches the dynamic batcher forms while requests queue, so it
+    is set only where a profile found a real optimum: at least three sizes measured, the
+    peak at a size above the smallest, and a larger size measured whose throughput is lower
+    by more than the measurement noise (each point's recorded spread, at least 5%). Anything
+    else leaves it out (Triton then batches up to max_batch_size); the reason is returned."""
     want = {"KIND_GPU": ("cuda",), "KIND_CPU": ("cpu",)}.get(kind, ("cuda", "cpu"))
-    for device in want:
-        matching = [rs for rs in candidates if rs.device == device]
-        if matching:
-            best = max(matching, key=lambda rs: rs.profile.peak().throughput)
-            peak = best.profile.peak().throughput
-            return sorted({r.batch_size for r in best.profile.results
-                           if r.throughput >= _NEAR_PEAK * peak and r.batch_size <= max_batch_size})
-    return []
+    candidates = [rs for rs in fs.runners.values()
+                  if rs.verify.status == "ok" and rs.profile.status == "ok" and rs.profile.results]
+    matching = next(([rs for rs in candidates if rs.device == d] for d in want
+                     if any(rs.device == d for rs in candidates)), [])
+    if not matching:
+        return [], f"no in-process profile of a {' or '.join(want)} runner"
+    best = max(matching, key=lambda rs: rs.profile.peak().throughput)
+    results = sorted((r for r in best.profile.results if r.batch_size <= max_batch_size), key=lambda r: r.batch_size)
+    sizes = [r.batch_size for r in results]
+    if len(sizes) < _MIN_SIZES:
+        return [], (f"the profile of {best.runner} measured batch size{'s' if len(sizes) != 1 else ''} "
+                    f"{', '.join(map(str, sizes)) or 'none'} only (at least {_MIN_SIZES} are needed to find an "
+                    "optimum)")
+    peak = max(results, key=lambda r: r.throughput)
+    if peak.batch_size == sizes[0]:
+        return [], (f"throughput peaks at the smallest size measured, {peak.batch_size} (a preferred size there "
+                    "would stop batching)")
+    larger = [r for r in results if r.batch_size > peak.batch_size]
+    if not larger:
+        return [], (f"throughput still rises at the largest size measured, {peak.batch_size}: no optimum inside "
+                    "the range")
+
+    def noise(r) -> float:
+        return max(_MIN_DROP, r.spread or 0.0)
+
+    if not all(r.throughput < peak.throughput * (1.0 - max(noise(r), noise(peak))) for r in larger):
+        return [], (f"throughput plateaus from batch {peak.batch_size} (larger sizes within the measurement noise): "
+                    "no optimum to prefer")
+    return [peak.batch_size], ""
 
 
 def _engine_launch_notes(ws, key: str) -> list[str]:
@@ -202,7 +225,7 @@ def plan_format(ws, st, key: str, name: str, opts: TritonOptions, notes: list[st
                                       dtype=t.dtype, dims=dims, reshape=reshape))
             expected.append((triton_names[t.name], t.dtype, dims))
     emission = Emission(plan=plan, expected=(expected_in, expected_out))
-    _options_for_format(plan, fs, serving, opts, key, top=top)
+    _options_for_format(plan, fs, serving, opts, key, notes, top=top)
     if plan.python and opts.execution_env and Path(opts.execution_env).is_file():
         emission.model_files[os.path.basename(opts.execution_env)] = Path(opts.execution_env)
     _artifact_files(ws, fs, key, serving, emission, notes, st.environment.get("packages") or {})
@@ -214,15 +237,20 @@ def plan_format(ws, st, key: str, name: str, opts: TritonOptions, notes: list[st
 
 
 def _options_for_format(plan: ModelPlan, fs, serving: backends.Serving, opts: TritonOptions, key: str,
-                        *, top: bool) -> None:
+                        notes: list[str], *, top: bool) -> None:
     gpu = plan.instance_kind == "KIND_GPU"
     native_onnx = serving.platform == "onnxruntime_onnx"
     plan_file = serving.platform == "tensorrt_plan"
     if plan.max_batch_size > 0 and opts.dynamic_batching or opts.priority_levels or opts.queue_policy:
         db = {}
         if plan.max_batch_size > 0:
-            sizes = list(opts.preferred_batch_sizes) if opts.preferred_batch_sizes else \
-                _preferred(fs, plan.instance_kind, plan.max_batch_size)
+            if opts.preferred_batch_sizes:
+                sizes = list(opts.preferred_batch_sizes)
+            else:
+                sizes, why = _preferred(fs, plan.instance_kind, plan.max_batch_size)
+                if why:
+                    notes.append(f"{key}: no preferred_batch_size ({why}); the dynamic batcher forms batches up to "
+                                 f"max_batch_size {plan.max_batch_size}")
             bad = [s for s in sizes if s > plan.max_batch_size]
             if bad:
                 raise UserInputError(f"--preferred-batch-sizes: {bad[0]} exceeds max_batch_size "
@@ -315,14 +343,18 @@ def _artifact_files(ws, fs, key: str, serving: backends.Serving, emission: Emiss
         _python_docs(emission, fmt, notes, packages)
 
 
-def _python_docs(emission: Emission, kind: str, notes: list[str], packages: dict) -> None:
+def _python_docs(emission: Emission, kind: str, notes: list[str], packages: dict, step_files=()) -> None:
     """README.md and pack_env.sh beside a Python-backend model (its environment recipe)."""
     plan = emission.plan
     env = plan.parameters.get(python_backend.ENV_PARAMETER)
     archive = env.rsplit("/", 1)[1] if env else None
-    reqs = python_backend.requirements(kind, packages)
+    found: list[str] = []
+    reqs = python_backend.requirements(kind, packages, step_files, found)
+    notes.extend(f"{plan.name}: {n}" for n in found)
+    ran = (packages or {}).get("numpy")
     emission.model_files["README.md"] = python_backend.readme(plan.name, kind, reqs, archive)
-    emission.model_files["pack_env.sh"] = python_backend.pack_env_script(plan.name, reqs)
+    emission.model_files["pack_env.sh"] = python_backend.pack_env_script(
+        plan.name, reqs, numpy_note=f" (the workspace ran numpy {ran})" if ran else "")
     emission.executable.add("pack_env.sh")
     if kind != "function":
         if archive:
@@ -334,7 +366,9 @@ def _python_docs(emission: Emission, kind: str, notes: list[str], packages: dict
 
 def _warmup(ws, plan: ModelPlan, emission: Emission, batching: bool) -> None:
     """Warm-up from the first stored sample: one row per input (the whole tensor without
-    batching) as raw bytes in <model>/warmup/, referenced by input_data_file."""
+    batching) as raw bytes in <model>/warmup/, referenced by input_data_file; at batch 1 and
+    at the preferred batch sizes (the sizes the batcher forms under load), never at
+    max_batch_size: a large warm-up batch makes a CPU model slow to load for no gain."""
     import numpy as np
 
     from navigator.workspace import npz
@@ -360,9 +394,9 @@ def _warmup(ws, plan: ModelPlan, emission: Emission, batching: bool) -> None:
         emission.model_files[f"warmup/{file_name}"] = row.tobytes()
         inputs[t.name] = (t.dtype, dims, file_name)
     plan.warmup.append(Warmup(name="sample_batch_1", batch_size=1, inputs=inputs))
-    if batching and plan.max_batch_size > 1:
-        plan.warmup.append(Warmup(name=f"sample_batch_{plan.max_batch_size}", batch_size=plan.max_batch_size,
-                                  inputs=inputs))
+    preferred = (plan.dynamic_batching or {}).get("preferred") or []
+    for size in sorted({p for p in preferred if 1 < p <= plan.max_batch_size}) if batching else ():
+        plan.warmup.append(Warmup(name=f"sample_batch_{size}", batch_size=size, inputs=inputs))
 
 
 def _labels(plan: ModelPlan, emission: Emission, spec: str) -> None:
@@ -394,14 +428,12 @@ def plan_ensemble(ws, st, core: Emission, base: str, opts: TritonOptions, notes:
     from navigator.triton import ensemble as ens_mod
     from navigator.workspace import npz
 
-    sample = npz.load(ws.sample_file("inputs", 0)) if ws.sample_file("inputs", 0).is_file() else {}
-    ref_path = ws.reference_dir / "000.npz"
-    reference = npz.load(ref_path) if ref_path.is_file() else {}
-    if opts.postprocess and not reference:
-        raise UserInputError("--postprocess: the workspace has no reference outputs (samples/reference/000.npz) "
-                             "to probe it with")
+    limit = ens_mod.MAX_EXAMPLES
+    samples = [npz.load(p) for p in ws.input_files()[:limit]]
+    references = [npz.load(ws.reference_file(p.stem)) for p in ws.input_files()[:limit]
+                  if ws.reference_file(p.stem).is_file()]
     plans = ens_mod.plan(core.plan, name=base, preprocess=opts.preprocess, postprocess=opts.postprocess,
-                         sample=sample, reference=reference, instance_count=opts.instances)
+                         samples=samples, references=references, instance_count=opts.instances, notes=notes)
     out = []
     for p in plans:
         e = Emission(plan=p)
@@ -417,7 +449,7 @@ def plan_ensemble(ws, st, core: Emission, base: str, opts: TritonOptions, notes:
             e.version_files["step.py"] = Path(user_file)
             settings = python_backend.settings_for("function", "step.py", p.inputs, p.outputs, function=p.role)
             e.version_files["model.py"] = python_backend.render_model_py(settings)
-            _python_docs(e, "function", notes, st.environment.get("packages") or {})
+            _python_docs(e, "function", notes, st.environment.get("packages") or {}, step_files=(user_file,))
         out.append(e)
     notes.append(f"{base}: an ensemble of " + " -> ".join(s.model_name for s in plans[-1].steps))
     return out

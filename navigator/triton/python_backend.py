@@ -16,6 +16,7 @@ import pprint
 from importlib import resources
 
 from navigator.errors import UserInputError
+from navigator.triton.server_env import TRITON_VERSION
 
 PLACEHOLDER = "__NAVIGATOR_SETTINGS__"
 ENV_PARAMETER = "EXECUTION_ENV_PATH"
@@ -66,37 +67,132 @@ def render_model_py(settings: dict) -> str:
     return text
 
 
-def requirements(kind: str, packages: dict) -> list[str]:
-    """pip requirement lines for the format ``kind`` (or ``function``, an ensemble step), pinned to the
-    versions the workspace verified with (status.yaml's environment, keyed by distribution name)."""
+STUB_NUMPY = "numpy<2"     # Triton 2.51's Python-backend stub gives wrong outputs with numpy 2 (FACTS.md)
+_STUB_TRITON = TRITON_VERSION
+
+
+def requirements(kind: str, packages: dict, step_files=(), notes: list[str] | None = None) -> list[str]:
+    """pip requirement lines for the format ``kind`` (or ``function``, an ensemble step): the
+    format's packages and the third-party imports of ``step_files``, pinned to the versions
+    the workspace ran with (status.yaml's environment, keyed by distribution name; else the
+    version installed here, which the step files were probed with). numpy is the stub's
+    ``numpy<2``, not the workspace's numpy 2. What cannot be pinned goes to ``notes``."""
     from navigator import formats
 
-    needed = formats.get(kind).python_packages if kind != "function" and formats.registry.has(kind) else ()
-    lines = []
-    for dist in ("numpy",) + tuple(needed):
-        version = (packages or {}).get(dist)
+    notes = notes if notes is not None else []
+    needed = list(formats.get(kind).python_packages) if kind != "function" and formats.registry.has(kind) else []
+    for path in step_files:
+        for dist in _distributions(path, notes):
+            if dist not in needed:
+                needed.append(dist)
+    lines = [STUB_NUMPY]
+    for dist in needed:
+        if dist == "numpy":
+            continue
+        version = (packages or {}).get(dist) or _installed(dist)
         lines.append(f"{dist}=={str(version).split('+')[0]}" if version else dist)
+        notes.extend(_numpy_conflict(dist, version))
     return lines
 
 
-def pack_env_script(model_name: str, reqs: list[str]) -> str:
-    pip = " ".join(f'"{r}"' for r in reqs)
+def imported_modules(path) -> list[str]:
+    """Top-level modules a Python file imports (absolute imports anywhere in it), minus the
+    standard library and ``__future__``; the order of first appearance."""
+    import ast
+    import sys
+    from pathlib import Path
+
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=str(path))
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        for name in names:
+            top = name.split(".")[0]
+            if top and top != "__future__" and top not in sys.stdlib_module_names and top not in found:
+                found.append(top)
+    return found
+
+
+def _distributions(path, notes: list[str]) -> list[str]:
+    """Distribution names for the third-party imports of ``path`` (a module found neither
+    installed nor beside the file is noted: add it by hand)."""
+    from importlib import metadata
+    from pathlib import Path
+
+    mapping = metadata.packages_distributions()
+    out = []
+    for module in imported_modules(path):
+        dists = mapping.get(module)
+        if dists:
+            out.append(dists[0])
+        elif (Path(path).parent / f"{module}.py").is_file() or (Path(path).parent / module).is_dir():
+            notes.append(f"{Path(path).name} imports {module}, a module of its own folder: copy it beside step.py")
+        else:
+            notes.append(f"{Path(path).name} imports {module}, which is not installed here: add its package to "
+                         "pack_env.sh by hand")
+    return out
+
+
+def _installed(dist: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _numpy_conflict(dist: str, version: str | None) -> list[str]:
+    """A note when ``dist`` (as installed here) requires numpy 2, which the stub's numpy<2 excludes."""
+    from importlib import metadata
+
+    try:
+        from packaging.requirements import Requirement
+        from packaging.version import Version
+        reqs = metadata.requires(dist) or []
+    except (ImportError, metadata.PackageNotFoundError):
+        return []
+    for text in reqs:
+        try:
+            req = Requirement(text)
+        except ValueError:
+            continue
+        if req.name.lower() == "numpy" and (req.marker is None or req.marker.evaluate()) and \
+                not req.specifier.contains(Version("1.26.4"), prereleases=True):
+            return [f"{dist} {version or ''} requires {req} but the Triton {_STUB_TRITON} Python-backend stub needs "
+                    f"{STUB_NUMPY}: pin an older {dist} in pack_env.sh, or set NUMPY_SPEC for a Triton whose stub "
+                    "takes numpy 2"]
+    return []
+
+
+def pack_env_script(model_name: str, reqs: list[str], *, numpy_note: str = "") -> str:
+    numpy_line = next((r for r in reqs if r.startswith("numpy")), STUB_NUMPY)
+    pip = " ".join(f'"{r}"' for r in reqs if not r.startswith("numpy"))
     return f"""#!/usr/bin/env bash
 # Packs the Python environment that {model_name}'s model.py needs into env.tar.gz
 # (conda-pack), for Triton's Python backend: stock Triton containers have no
 # torch / onnxruntime / openvino for Python models. Versions are the ones
-# navigator verified the model with. Run it where conda is installed.
+# navigator verified the model with (and, for an ensemble step, the packages its
+# file imports, at the versions it was probed with). Run it where conda is installed.
 #   PYTHON_VERSION must equal the Python of the container's backend stub
 #   (python3 --version inside the Triton container).
+#   NUMPY_SPEC: the Triton {_STUB_TRITON} Python-backend stub gives wrong outputs with numpy 2,
+#   hence {numpy_line}{numpy_note}; set it (e.g. "numpy==2.*") for a Triton whose stub takes numpy 2.
 #   For CUDA builds of torch add: --index-url https://download.pytorch.org/whl/cu130
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON_VERSION="${{PYTHON_VERSION:-3.12}}"
+NUMPY_SPEC="${{NUMPY_SPEC:-{numpy_line}}}"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 export PYTHONNOUSERSITE=True
 conda create -y -q -p "$WORK/env" "python=$PYTHON_VERSION"
-conda run -p "$WORK/env" python -m pip install --no-cache-dir {pip}
+conda run -p "$WORK/env" python -m pip install --no-cache-dir "$NUMPY_SPEC"{(" " + pip) if pip else ""}
 conda install -y -q -c conda-forge conda-pack
 conda-pack -p "$WORK/env" -o env.tar.gz --force
 echo "wrote $(pwd)/env.tar.gz; reference it with: navigator triton WS --execution-env env.tar.gz"
@@ -129,6 +225,8 @@ models, so this model ships its own environment as a conda-pack archive:
 
 `pack_env.sh` (next to this file) builds `env.tar.gz` with exactly these
 packages; set `PYTHON_VERSION` to the Python of the container's backend stub.
+numpy stays below 2 because the Triton {_STUB_TRITON} Python-backend stub gives wrong
+outputs with numpy 2 (`NUMPY_SPEC` overrides it for a Triton whose stub takes numpy 2).
 {env_line}
 
 Without an archive the model loads only in a container whose `python3` has

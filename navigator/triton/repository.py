@@ -90,6 +90,7 @@ def emit(workspace, options: TritonOptions | None = None, *, status=None, lock: 
     if not lock:
         return _emit(ws, options or TritonOptions(), status)
     with WorkspaceLock(ws.lock_path):      # no convert may rewrite the artifacts while they are copied
+        ws.check_no_links()
         return _emit(ws, options or TritonOptions(), status)
 
 
@@ -131,10 +132,12 @@ def _emit(ws, opts: TritonOptions, status) -> EmitResult:
 
         top = next(e for e in emissions if e.plan.role == "ensemble")
         ens_mod.raise_if_invalid(top.config, {e.plan.name: e.config for e in emissions if e is not top})
-    version = _choose_version(repo, names, opts)
-    _check_existing(repo, emissions, version, opts, notes)
-    _commit(repo, emissions, version, opts.force)
-    _verify_written(repo, emissions)
+    repo.mkdir(parents=True, exist_ok=True)
+    with model_locks(repo, names):      # the version is chosen and written under the models' locks
+        version = _choose_version(repo, names, opts)
+        _check_existing(repo, emissions, version, opts, notes)
+        _commit(repo, emissions, version, opts.force)
+        _verify_written(repo, emissions)
     result = EmitResult(repo=repo, version=version, notes=notes)
     for e in emissions:
         p = e.plan
@@ -164,6 +167,10 @@ def _check_existing(repo: Path, emissions: list[Emission], version: int, opts: T
                     notes: list[str]) -> None:
     for e in emissions:
         model_dir = repo / e.plan.name
+        for path in [model_dir] + ([p for p in model_dir.rglob("*")] if model_dir.is_dir() else []):
+            if path.is_symlink():   # a write there would land wherever the link points
+                raise UserInputError(f"{path} is a symbolic link; navigator triton never writes through links "
+                                     "inside a model folder", hint="remove the link or pass another --repo")
         if model_dir.exists() and not model_dir.is_dir():
             raise UserInputError(f"{model_dir} exists and is not a folder; Triton model {e.plan.name} cannot go there")
         vdir = model_dir / str(version)
@@ -219,16 +226,60 @@ def _stage(stage: Path, e: Emission, version: int) -> Path:
     return model
 
 
+def _stage_prefix(repo: Path) -> str:
+    return f".{repo.name}.navigator-"
+
+
 def _stage_root(repo: Path) -> Path:
     """A temporary folder on the repository's filesystem, outside it when possible (Triton's
-    repository poller would otherwise see it), so renames into the repository are atomic."""
+    repository poller would otherwise see it), so renames into the repository are atomic. Its
+    name holds this process's pid: a later run removes the folders of runs that died."""
     repo.mkdir(parents=True, exist_ok=True)
     parent = repo.parent
     try:
         same_fs = os.stat(parent).st_dev == os.stat(repo).st_dev and os.access(parent, os.W_OK)
     except OSError:
         same_fs = False
-    return Path(tempfile.mkdtemp(prefix=f".{repo.name}.navigator-", dir=parent if same_fs else repo))
+    folder = parent if same_fs else repo
+    _remove_stale_stages(repo, folder)
+    return Path(tempfile.mkdtemp(prefix=f"{_stage_prefix(repo)}{os.getpid()}-", dir=folder))
+
+
+def _remove_stale_stages(repo: Path, folder: Path) -> None:
+    """Staging folders left by a ``navigator triton`` that was killed (its pid no longer runs)."""
+    for stale in folder.glob(f"{_stage_prefix(repo)}*"):
+        pid = stale.name[len(_stage_prefix(repo)):].split("-", 1)[0]
+        if not stale.is_dir() or stale.is_symlink() or not pid.isdigit() or _alive(int(pid)):
+            continue
+        log.warning("removing %s, left by a navigator triton run (pid %s) that did not finish", stale, pid)
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def model_locks(repo: Path, names: list[str]):
+    """One flock per model name (``<repo>/.navigator-<model>.lock``, in name order): two runs writing
+    the same model of a repository never interleave; different models may be written at once."""
+    from contextlib import ExitStack
+
+    from navigator.workspace.lock import WorkspaceLock
+
+    stack = ExitStack()
+    try:
+        for name in sorted(set(names)):
+            stack.enter_context(WorkspaceLock(repo / f".navigator-{name}.lock", what=f"model {name} of {repo}"))
+    except BaseException:
+        stack.close()
+        raise
+    return stack
 
 
 def _commit(repo: Path, emissions: list[Emission], version: int, force: bool) -> None:

@@ -300,7 +300,7 @@ class TritonServer:
         text = _clean(str(text))
         extra = []
         for line in self._log_since(log_offset).splitlines():
-            if not (_GLOG_ERROR.match(line) or "libprotobuf ERROR" in line):
+            if not (_GLOG_ERROR.match(line) or "libprotobuf ERROR" in line) or _noise(line):
                 continue
             msg = _clean(line)
             if msg and not _said(msg, " ".join([text, *extra])):
@@ -345,7 +345,7 @@ class TritonServer:
     def _log_reason(self, name: str | None = None) -> str:
         """The last error line of the log (about ``name`` when given), message part only."""
         lines = self.log_tail(400).splitlines()
-        errors = [ln for ln in lines if _GLOG_ERROR.match(ln) or "error" in ln.lower()]
+        errors = [ln for ln in lines if (_GLOG_ERROR.match(ln) or "error" in ln.lower()) and not _noise(ln)]
         if name:
             errors = [ln for ln in errors if name in ln] or errors
         if not errors:
@@ -355,6 +355,17 @@ class TritonServer:
 
 _GLOG_ERROR = re.compile(r"^E\d{4} ")
 _LOG_PREFIX = re.compile(r"^(?:[EWI]\d{4} [\d:.]+ +\d+ [\w.]+:\d+\]|\[libprotobuf \w+ [^\]]*\]) ?")
+
+
+# Error lines a CPU-only machine always gets and that never explain a failure: the GPU build of
+# Triton core creates a CUDA stream for every ensemble (EnsembleScheduler's constructor, no
+# config setting skips it) and logs this when there is no GPU; the ensemble loads and serves.
+_CPU_ONLY_NOISE = re.compile(r"unable to create stream for .*(CUDA driver|no CUDA-capable device|"
+                             r"CUDA driver version is insufficient)", re.I)
+
+
+def _noise(line: str) -> bool:
+    return bool(_CPU_ONLY_NOISE.search(line))
 
 
 def _clean(text: str) -> str:

@@ -109,11 +109,17 @@ def _is_ready(root: Path) -> bool:
 
 
 def _write_pth(venv: Path) -> None:
-    """The project's site-packages, seen after the venv's own (its numpy<2 wins)."""
-    pth = _site_packages(venv) / "zz_navigator_project_site.pth"
-    text = "".join(f"{p}\n" for p in _project_site_paths() if Path(p).resolve() != _site_packages(venv).resolve())
-    if not pth.is_file() or pth.read_text() != text:
-        pth.write_text(text)
+    """The project's site-packages, seen after the venv's own (its numpy<2 wins); and no
+    bytecode written by the backend stubs: a ``__pycache__`` that the stub's import of
+    ``<version>/model.py`` leaves in the repository changes the model folder, so Triton
+    loads the model again when an ensemble's load re-polls it (the stub's embedded Python
+    ignores PYTHONDONTWRITEBYTECODE, a ``.pth`` line is read)."""
+    site = _site_packages(venv)
+    text = "".join(f"{p}\n" for p in _project_site_paths() if Path(p).resolve() != site.resolve())
+    for pth, want in ((site / "zz_navigator_project_site.pth", text),
+                      (site / "navigator_no_bytecode.pth", "import sys; sys.dont_write_bytecode = True\n")):
+        if not pth.is_file() or pth.read_text() != want:
+            pth.write_text(want)
 
 
 def _run(cmd: list[str], what: str, hint: str | None = None, **kwargs) -> subprocess.CompletedProcess:

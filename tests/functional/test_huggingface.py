@@ -207,7 +207,7 @@ def test_bad_input_is_one_error_line(case, expected, hf_root, tmp_path):
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and expected in lines[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
-    assert not (tmp_path / "wd").exists()
+    assert not list((tmp_path / "wd").glob("*")) if (tmp_path / "wd").exists() else True   # nothing left behind
 
 
 def _remote_folder(hf_root, dest: Path, code: str) -> Path:

@@ -215,7 +215,8 @@ def test_profile_with_perf_analyzer_and_a_tight_budget(workspace):
     assert r.returncode == 0, r.stdout + r.stderr
     sv = yaml.safe_load((workspace / "status.yaml").read_text())["serving"]
     assert sv["tool"] == "perf_analyzer"
-    assert sv["duration_s"] <= 9 + 3                                  # the budget held (a PA run is not cut)
+    # the budget held over the measuring (a PA run is not cut); server start and loads are setup
+    assert sv["setup_s"] > 0 and sv["duration_s"] - sv["setup_s"] <= 9 + 3
     assert any("budget" in s for s in sv["skipped"]), sv["skipped"]  # 8 configurations do not fit in 9 s
     logs = list((workspace / "serving" / "perf_analyzer").glob("*.log"))
     assert logs and "--input-data" in logs[0].read_text()

@@ -260,6 +260,12 @@ def test_ensemble_with_pre_and_post_processing(mlp, tmp_path, pb_utils, cli):
     (None, "def postprocess(y):\n    return {}\n", "at least one output"),
     (None, "def postprocess(y):\n    return {'x': y}\n", "tensor 'x' is both an ensemble input and an ensemble output"),
     (None, "def nothing():\n    pass\n", "defines no function postprocess"),
+    ("def preprocess(x):\n    return {'x': x, 'y': x}\n", "def postprocess(y):\n    return {'z': y}\n",
+     "'y' is both a model output and a preprocess output"),
+    ("def preprocess(x):\n    return {'x': x, 'k': x[:, :1]}\n", "def postprocess(y, q):\n    return {'z': y}\n",
+     "parameter 'q' is not one of the model outputs or preprocess outputs (y, x, k)"),
+    ("import numpy as np\ndef example_inputs():\n    return [{'x': np.zeros((2, 8), 'f4')}, {'w': np.zeros((2, 8), 'f4')}]"
+     "\ndef preprocess(x):\n    return {'x': x}\n", None, "batches name different tensors"),
 ])
 def test_ensemble_rule_violations_are_refused_before_writing(mlp, tmp_path, pre, post, message):
     options = {"repo": tmp_path / "repo"}

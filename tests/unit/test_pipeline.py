@@ -98,10 +98,11 @@ def _task() -> Task:
                 profile=ProfileSpec(batch_dim=0, settings={"budget_s": 1.0}))
 
 
-def _old(verify_hash: str | None, profile_hash: str | None, convert_hash="conv-hash") -> Status:
+def _old(verify_hash: str | None, profile_hash: str | None, convert_hash="conv-hash", outputs_sha256=None) -> Status:
     old = Status(model=ModelInfo(name="m", source_format="onnx"))
     runner = _runner(results=[(1, 10.0)])
     runner.verify.inputs_sha256, runner.profile.inputs_sha256 = verify_hash, profile_hash
+    runner.verify.outputs_sha256 = outputs_sha256
     old.formats["onnx-optimized"] = FormatStatus(format="onnx", convert=ConvertStep(status="ok",
                                                                                      inputs_sha256=convert_hash),
                                                  runners={"onnxruntime-cpu": runner})
@@ -116,9 +117,21 @@ def _hashes(task: Task) -> tuple[str, str]:
     return v, step_hash(v, task.profile.to_dict())
 
 
+def _stored_outputs(ctx) -> str:
+    """An output file the last verification stored, and its digest as it recorded it."""
+    import numpy as np
+
+    from navigator.workspace import npz
+
+    path = ctx.ws.output_file("onnx-optimized", "onnxruntime-cpu", "000")
+    npz.save(path, {"y": np.ones((2, 4), np.float32)})
+    return npz.files_sha256([path])
+
+
 def test_unchanged_steps_are_reused_and_nothing_is_left_to_run(tmp_path):
     verify_hash, profile_hash = _hashes(_task())
-    ctx = _ctx(tmp_path, _old(verify_hash, profile_hash))
+    ctx = _ctx(tmp_path, None)
+    ctx.resume_from = _old(verify_hash, profile_hash, outputs_sha256=_stored_outputs(ctx))
     assert reuse(ctx, ITEM, _task()) is None
     rs = ctx.status.formats["onnx-optimized"].runners["onnxruntime-cpu"]
     assert rs.verify.status == "ok" and rs.profile.results[0].throughput == 10.0
@@ -135,4 +148,19 @@ def test_a_changed_input_runs_the_step_again(tmp_path, change):
     elif change == "profile":
         task.profile.settings["budget_s"] = 5.0
     left = reuse(_ctx(tmp_path, old), ITEM, task)
+    assert left is not None and [r.key for r in left.runners] == ["onnxruntime-cpu"]
+
+
+def test_an_edited_output_file_is_verified_again(tmp_path):
+    """Resume trusts no stored file blindly: an outputs npz changed since the last run means the
+    verdict that judged it no longer describes it."""
+    import numpy as np
+
+    from navigator.workspace import npz
+
+    verify_hash, profile_hash = _hashes(_task())
+    ctx = _ctx(tmp_path, None)
+    ctx.resume_from = _old(verify_hash, profile_hash, outputs_sha256=_stored_outputs(ctx))
+    npz.save(ctx.ws.output_file("onnx-optimized", "onnxruntime-cpu", "000"), {"y": np.zeros((2, 4), np.float32)})
+    left = reuse(ctx, ITEM, _task())
     assert left is not None and [r.key for r in left.runners] == ["onnxruntime-cpu"]

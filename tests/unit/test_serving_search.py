@@ -167,3 +167,4 @@ def test_brute_sweeps_advance_in_turn_so_a_short_budget_sees_every_instance_coun
     out = brute(space, lambda c: result(c, 100 * c.max_batch_size), lambda: next(budget))
     assert [r.candidate.name for r in out.results] == ["i1_b1_d0", "i2_b1_d0", "i3_b1_d0", "i1_b2_d0"]
     assert len(out.skipped) == space.size() - 4
+

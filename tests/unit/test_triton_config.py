@@ -217,6 +217,99 @@ def test_batching_and_non_batching_steps_compare_in_full():
     assert ensemble.check(_ensemble(GOOD), steps) == []
 
 
+def _scalar_steps(step_reshape: bool):
+    """post returns a per-row scalar 'n': its config dims [1], with or without reshape []."""
+    steps = {k: mc.ModelConfig.FromString(v.SerializeToString()) for k, v in STEPS.items()}
+    post = steps["post"]
+    post.output.add(name="n", data_type=mc.TYPE_INT32, dims=[1])
+    if step_reshape:
+        post.output[-1].reshape.SetInParent()
+    return steps
+
+
+def test_ensemble_tensors_compare_with_the_steps_dims_not_their_reshape():
+    """As Triton core does (ensemble_utils.cc; the real 2.51 server refused the first case
+    with "inconsistent shape: [-1] is inferred from model ens while [-1,1] ..."): an
+    ensemble's own tensor is read through its reshape, a step's through its dims."""
+    good = [GOOD[0], GOOD[1], ("post", {"y": "t_y"}, {"label": "label", "n": "n"})]
+    outputs = (("label", "TYPE_INT64", [1]), ("n", "TYPE_INT32", [1]))
+    ens = _ensemble(good, outputs=outputs)
+    assert ensemble.check(ens, _scalar_steps(step_reshape=True)) == []
+    assert ensemble.check(ens, _scalar_steps(step_reshape=False)) == []
+    ens.output[1].reshape.SetInParent()        # the reshape on the ensemble too: Triton refuses it
+    violations = ensemble.check(ens, _scalar_steps(step_reshape=True))
+    assert len(violations) == 1 and "inconsistent shape, [-1] from ensemble output" in violations[0] and \
+        "not its reshape" in violations[0], violations
+
+
+def test_pre_to_post_edges_are_checked_as_data_flow():
+    steps = {k: mc.ModelConfig.FromString(v.SerializeToString()) for k, v in STEPS.items()}
+    steps["pre"].output.add(name="scale", data_type=mc.TYPE_FP32, dims=[1])
+    steps["post"].input.add(name="scale", data_type=mc.TYPE_FP32, dims=[1])
+    edge = [("pre", {"raw": "raw"}, {"x": "t_x", "scale": "t_scale"}), GOOD[1],
+            ("post", {"y": "t_y", "scale": "t_scale"}, {"label": "label"})]
+    assert ensemble.check(_ensemble(edge), steps) == []
+    steps["post"].input[1].data_type = mc.TYPE_FP16      # negative control: the edge is checked like any other
+    assert any("'t_scale': inconsistent data type" in v for v in ensemble.check(_ensemble(edge), steps))
+
+
+@pytest.mark.parametrize("shapes, batching, like, dims, reshape", [
+    ([(2, 96, 120, 3), (3, 128, 80, 3)], True, None, [-1, -1, 3], None),   # H, W vary; channels do not
+    ([(2, 20, 4), (8, 20, 4)], True, None, [20, 4], None),                 # only the batch varies
+    ([(2, 20, 4)], True, None, [-1, -1], None),                            # one example: nothing is known
+    ([(2, 3, 128, 128)], True, [3, 128, 128], [3, 128, 128], None),        # the model fixes them
+    ([(2, 3, 64, 64), (1, 3, 32, 32)], True, [3, -1, -1], [3, -1, -1], None),
+    ([(2, 3, 128, 128), (1, 3, 96, 128)], True, [3, 128, 128], [3, 96, 128], None),   # 96: the rules refuse it
+    ([(2,), (5,)], True, None, [1], []),                                   # a per-row scalar
+    ([(4, 8), (4, 8)], False, None, [4, 8], None),                         # no batching: full shapes
+])
+def test_dims_derived_from_several_examples(shapes, batching, like, dims, reshape):
+    import numpy as np
+
+    arrays = [np.zeros(s, np.float32) for s in shapes]
+    assert ensemble.derive_dims(arrays, batching, like) == (dims, reshape)
+
+
+def test_a_scalar_without_batching_cannot_be_served():
+    import numpy as np
+
+    with pytest.raises(UserInputError, match="without batching"):
+        ensemble.derive_dims([np.zeros((), np.float32)], False)
+
+
+def test_pack_env_pins_the_step_files_imports(tmp_path):
+    """The step file's third-party imports are pinned (the version installed here, which the
+    emitter probed the file with); the standard library and the file's own folder are not
+    packages; numpy stays the stub's numpy<2; what is not installed is said."""
+    from importlib import metadata
+
+    (tmp_path / "helpers.py").write_text("X = 1\n")
+    step = tmp_path / "step.py"
+    step.write_text("import os, json\nimport numpy as np\nfrom yaml import safe_load\nimport helpers\n"
+                    "def preprocess(x):\n    import not_a_real_module_xyz\n    return {}\n")
+    assert python_backend.imported_modules(step) == ["numpy", "yaml", "helpers", "not_a_real_module_xyz"]
+    notes: list[str] = []
+    reqs = python_backend.requirements("function", {"numpy": "2.4.6"}, [step], notes)
+    assert reqs == ["numpy<2", f"PyYAML=={metadata.version('PyYAML')}"]
+    assert any("helpers, a module of its own folder" in n for n in notes)
+    assert any("not_a_real_module_xyz, which is not installed here" in n for n in notes)
+    script = python_backend.pack_env_script("m_pre", reqs, numpy_note=" (the workspace ran numpy 2.4.6)")
+    assert 'NUMPY_SPEC="${NUMPY_SPEC:-numpy<2}"' in script and '"PyYAML==' in script
+    assert "the workspace ran numpy 2.4.6" in script
+    r = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_package_that_needs_numpy_2_is_named(monkeypatch):
+    from importlib import metadata
+
+    monkeypatch.setattr(metadata, "requires", lambda dist: ["numpy>=2; python_version>='3.9'"])
+    note = python_backend._numpy_conflict("opencv-python", "4.12.0.88")
+    assert note and "requires numpy>=2" in note[0] and "numpy<2" in note[0]
+    monkeypatch.setattr(metadata, "requires", lambda dist: ["numpy>=1.21"])
+    assert python_backend._numpy_conflict("scipy", "1.11") == []
+
+
 # --------------------------------------------------------------------------- names, template
 def test_pytorch_backend_names():
     assert backends.pytorch_names(["x"], ["INPUT__0"], "INPUT") == (["INPUT__0"], False)

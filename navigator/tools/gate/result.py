@@ -110,17 +110,20 @@ class GateResult:
         """``<ws>/report/gate.json`` (and the JUnit / markdown files when asked); returns gate.json's path."""
         import json
 
+        from navigator.errors import UserInputError
         from navigator.workspace.atomic import write_text
-
         from navigator.workspace.layout import Workspace
 
-        path = Workspace(Path(ws_root)).gate_report
-        write_text(path, json.dumps(self.to_dict(), indent=1, default=str) + "\n")
-        if junit:
-            write_text(junit, self.junit_xml())
-        if markdown:
-            write_text(markdown, self.markdown())
-        return path
+        ws = Workspace(Path(ws_root))
+        ws.check_no_links(below=ws.report_dir)
+        write_text(ws.gate_report, json.dumps(self.to_dict(), indent=1, default=str) + "\n")
+        for option, target, text in (("--junit", junit, self.junit_xml), ("--markdown", markdown, self.markdown)):
+            if target is None:
+                continue
+            if Path(target).is_dir():
+                raise UserInputError(f"{option} {target}: is a folder; give a file path")
+            write_text(target, text())
+        return ws.gate_report
 
 
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")

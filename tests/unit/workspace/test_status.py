@@ -53,7 +53,7 @@ def full_status() -> Status:
         samples=SamplesInfo(count=2, source="generated", value_ranges={"ids": [0, 1000], "mask": [0, 2]},
                             shapes=[{"ids": [8, 16], "mask": [8, 16]}, {"ids": [1, 16], "mask": [1, 16]},
                                     {"ids": [1, 4], "mask": [1, 4]}],
-                            corners=[2], sha256=SHA_SAMPLES),
+                            corners=[2], sha256=SHA_SAMPLES, reference_sha256="b" * 64),
         config={"targets": ["onnx", "onnx-fp16"], "atol": None, "max_batch_size": 32, "device": "cpu"},
         formats={
             "onnx": FormatStatus(
@@ -66,6 +66,7 @@ def full_status() -> Status:
                         runner="onnxruntime", device="cpu", provider="cpu",
                         verify=VerifyStep(
                             status="ok", duration_s=0.5, batch_sizes=[1, 8], log="formats/onnx/verify.log",
+                            outputs_sha256="c" * 64,
                             outputs={
                                 "logits": OutputCheck(mode="tolerance", passed=True, max_abs=2.1e-07,
                                                       max_rel=3.0e-06, atol=1.0e-05, rtol=1.0e-05,
