@@ -47,7 +47,8 @@ def wordpiece_tokenizer(vocab_size: int = 300, max_length: int = 64):
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=max_length)
+                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=max_length,
+                                   model_input_names=["input_ids", "token_type_ids", "attention_mask"])
 
 
 def bpe_tokenizer(vocab_size: int = 320, max_length: int = 64, style: str = "gpt2"):
