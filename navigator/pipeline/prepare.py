@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -297,7 +298,7 @@ def _stage_samples(samples: Any, config: NavigatorConfig, folder: Path) -> None:
     for i, batch in enumerate(iterator):
         if i >= (config.sample_count or samples_mod.DEFAULT_TAKEN):
             break
-        if isinstance(batch, dict):
+        if isinstance(batch, Mapping):   # a dict, or a tokenizer's BatchEncoding
             arrays = {str(k): samples_mod.as_array(v, f"sample {i}, input '{k}'") for k, v in batch.items()}
         elif isinstance(batch, (tuple, list)):
             arrays = {f"__pos_{j}": samples_mod.as_array(v, f"sample {i}, input {j}") for j, v in enumerate(batch)}

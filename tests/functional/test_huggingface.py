@@ -327,6 +327,22 @@ def test_live_model_with_and_without_tokenizer_batches(hf_root, tmp_path):
         navigator.convert(model, workdir=str(tmp_path / "c"), task="fill-mask")
 
 
+def test_folder_with_tokenizer_batches_through_the_api(hf_root, tmp_path):
+    """A folder (prepared in a worker) with BatchEncoding samples: the keys they hold are the inputs."""
+    import navigator
+    from transformers import PreTrainedTokenizerFast
+
+    folder = hf_models.build("bert_classifier", hf_root)
+    tok = PreTrainedTokenizerFast.from_pretrained(folder)
+    batches = [tok(hf_models.SENTENCES[:4], padding=True, return_tensors="np"),
+               tok(hf_models.SENTENCES[4:6], padding=True, return_tensors="np")]
+    result = navigator.convert(str(folder), batches, workdir=str(tmp_path), targets=["onnx"], no_profile=True,
+                               runners=["onnxruntime", "torch"])
+    assert result.ok and result.status.samples.source == "iterable"
+    assert result.status.signature.input_names == ["input_ids", "attention_mask", "token_type_ids"]
+    assert result.status.formats["torch"].isolated is not False
+
+
 def test_npz_samples_folder_sets_the_inputs(hf_root, tmp_path):
     from transformers import PreTrainedTokenizerFast
 
