@@ -15,11 +15,15 @@ from navigator.errors import UserInputError, WorkspaceBusy
 
 
 class WorkspaceLock:
-    """``what``: how the busy message names the locked thing (default: the workspace, the lock's folder)."""
+    """``what``: how the busy message names the locked thing (default: the workspace, the lock's folder).
+    ``remove``: delete the lock file on release (locks beside a user's folder leave nothing behind);
+    acquiring then checks that the locked file is still the one at ``path``, so a run that opened
+    it just before another removed it cannot hold a lock nobody else sees."""
 
-    def __init__(self, path: str | os.PathLike, what: str | None = None):
+    def __init__(self, path: str | os.PathLike, what: str | None = None, *, remove: bool = False):
         self.path = Path(path)
         self.what = what
+        self.remove = remove
         self._fd: int | None = None
 
     def acquire(self) -> "WorkspaceLock":
@@ -49,6 +53,9 @@ class WorkspaceLock:
             os.close(fd)
             raise
         try:
+            if self.remove and not self._still_linked(fd):   # removed by its last holder meanwhile: again
+                os.close(fd)
+                return self.acquire()
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n".encode())
         except BaseException:
@@ -57,8 +64,21 @@ class WorkspaceLock:
         self._fd = fd
         return self
 
+    def _still_linked(self, fd: int) -> bool:
+        try:
+            here = os.stat(self.path, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        mine = os.fstat(fd)
+        return (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino)
+
     def release(self) -> None:
         if self._fd is not None:
+            if self.remove:   # unlinked while still locked: a newcomer creates a new file (see _still_linked)
+                try:
+                    os.unlink(self.path)
+                except OSError:
+                    pass
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None

@@ -288,8 +288,10 @@ def _alive(pid: int) -> bool:
 
 
 def model_locks(repo: Path, names: list[str]):
-    """One flock per model name (``<repo>/.navigator-<model>.lock``, in name order): two runs writing
-    the same model of a repository never interleave; different models may be written at once."""
+    """One flock per model name, in name order: two runs writing the same model of a repository never
+    interleave; different models may be written at once. The lock files
+    (``<repo>/.navigator-<model>.lock``; Triton reads only folders there) are removed on release, so
+    nothing but models is left in the repository."""
     from contextlib import ExitStack
 
     from navigator.workspace.lock import WorkspaceLock
@@ -297,7 +299,8 @@ def model_locks(repo: Path, names: list[str]):
     stack = ExitStack()
     try:
         for name in sorted(set(names)):
-            stack.enter_context(WorkspaceLock(repo / f".navigator-{name}.lock", what=f"model {name} of {repo}"))
+            stack.enter_context(WorkspaceLock(repo / f".navigator-{name}.lock",
+                                              what=f"model {name} of {repo}", remove=True))
     except BaseException:
         stack.close()
         raise
