@@ -310,8 +310,8 @@ def test_live_model_with_and_without_tokenizer_batches(hf_root, tmp_path):
     result = navigator.convert(model, batches, workdir=str(tmp_path / "b"), targets=["onnx"], no_profile=True,
                                runners=["onnxruntime", "torch"])
     assert result.ok and result.status.samples.source == "iterable"
-    assert result.status.signature.input_names == [k for k in ("input_ids", "token_type_ids", "attention_mask")
-                                                   if k in batches[0]]
+    # the keys the batches hold (input_ids, token_type_ids, attention_mask), in the order of the model's forward
+    assert result.status.signature.input_names == ["input_ids", "attention_mask", "token_type_ids"]
     with result.runner("onnx") as run:
         feed = {k: v.numpy() for k, v in batches[0].items()}
         logits = run(feed)["logits"]
