@@ -38,6 +38,18 @@ def sanitize_model_name(name: str) -> str:
     return text
 
 
+def check_utf8(path: Path, option: str) -> Path:
+    """``path`` itself, when it is valid UTF-8: onnx and onnxruntime open files by UTF-8 names only,
+    so a workspace under any other name could never be verified (found before anything is written)."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+        raise UserInputError(f"{option} {shown}: the path is not valid UTF-8, and onnx/onnxruntime open files by "
+                             "UTF-8 names only; choose a folder with a UTF-8 name") from None
+    return path
+
+
 @dataclass(frozen=True)
 class Workspace:
     """Paths inside one workspace. Creating the object writes nothing."""
@@ -50,7 +62,7 @@ class Workspace:
 
     @classmethod
     def for_model(cls, workdir: str | os.PathLike, model_name: str) -> "Workspace":
-        workdir = Path(workdir).resolve()
+        workdir = check_utf8(Path(workdir).resolve(), "--workdir")
         root = (workdir / f"{sanitize_model_name(model_name)}{SUFFIX}").resolve()
         if root.parent != workdir:  # only through a symlink named like the workspace
             raise UserInputError(f"model name {model_name!r} would write outside {workdir}")
