@@ -270,14 +270,46 @@ def run_one(name: str, workdir: Path) -> dict:
 
 
 # =========================================================================== serving
+# Formats the CPU-only Triton of this machine serves (its Python backend runs Navigator's stand-ins of
+# the onnxruntime and openvino backends; it has no pytorch or tensorflow backend).
+SERVABLE = ("onnx", "onnx-optimized", "onnx-fp16", "onnx-int8", "openvino")
+
+
+def servable_best(ws: Path) -> str | None:
+    """The verified format of SERVABLE with the highest profiled throughput (any verified one if none
+    was profiled)."""
+    import yaml
+
+    st = yaml.safe_load((ws / "status.yaml").read_text())
+    best = None
+    for key, fmt in (st.get("formats") or {}).items():
+        if key not in SERVABLE:
+            continue
+        for r in (fmt.get("runners") or {}).values():
+            if (r.get("verify") or {}).get("status") != "ok":
+                continue
+            peak = max((x["throughput"] for x in ((r.get("profile") or {}).get("results") or [])), default=0.0)
+            if best is None or peak > best[1]:
+                best = (key, peak)
+    return best[0] if best else None
+
+
 def serve_one(rec: dict, navigator_bin: str) -> dict:
-    """navigator triton WS; navigator serve WS/triton --cpu-backends; one request; compare."""
+    """navigator triton WS --formats <fastest servable>; navigator serve WS/triton --cpu-backends;
+    one request; compare."""
     import numpy as np
 
     ws = Path(rec["workspace"])
     out: dict = {"model": rec["model"]}
     t0 = time.perf_counter()
-    r = subprocess.run([navigator_bin, "triton", str(ws), "--force"], capture_output=True, text=True, timeout=300)
+    key = servable_best(ws)
+    out["format"] = key
+    if key is None:
+        out["status"] = "failed"
+        out["reason"] = f"no verified format of {', '.join(SERVABLE)} to serve"
+        return out
+    r = subprocess.run([navigator_bin, "triton", str(ws), "--force", "--formats", key], capture_output=True,
+                       text=True, timeout=300)
     out["triton_rc"] = r.returncode
     if r.returncode != 0:
         out["status"] = "failed"
@@ -601,12 +633,14 @@ def write_report(records: list[dict], serve: list[dict], meta: dict, path: Path,
     add("")
 
     if serve:
-        add("## Serving check (`navigator triton WS` → `navigator serve REPO --cpu-backends` → one request)\n")
-        add("| model | backend | status | max abs vs reference / reason |")
-        add("|---|---|---|---|")
+        add("## Serving check (`navigator triton WS --formats F` → `navigator serve REPO --cpu-backends` → one request)\n")
+        add("F: the fastest verified format this machine's Triton serves (its Python backend runs the stand-ins "
+            "of the onnxruntime and openvino backends; it has no pytorch or tensorflow backend).\n")
+        add("| model | format | backend | status | max abs vs reference / reason |")
+        add("|---|---|---|---|---|")
         for s in serve:
             detail = (json.dumps(s.get("max_abs")) if s.get("status") == "ok" else s.get("reason", "")).replace("|", "\\|")
-            add(f"| {s['model']} | {s.get('backend', '-')} | {s.get('status')} | {detail} |")
+            add(f"| {s['model']} | {s.get('format', '-')} | {s.get('backend', '-')} | {s.get('status')} | {detail} |")
         add("")
 
     add("## Wall time per model\n")
@@ -704,6 +738,9 @@ def main(argv=None) -> int:
 
     if a.from_json:
         data = json.loads(Path(a.from_json).read_text())
+        if a.serve:   # the serving checks again, on the stored workspaces
+            data["serve"] = serve_all(data["records"])
+            Path(a.from_json).write_text(json.dumps(data, indent=1, default=str))
         if a.resummarise:   # re-read every workspace that still exists (new diagnostics, same run)
             for i, rec in enumerate(data["records"]):
                 ws = rec.get("workspace")
@@ -755,18 +792,7 @@ def main(argv=None) -> int:
         print(f"[zoo] {name}: {rec.get('wall_s', 0):.0f} s, exit {rec.get('exit_code', rec.get('error', '?'))!s:.100}, "
               f"{nf} failure(s)", flush=True)
 
-    serve = []
-    if a.serve:
-        nav = str(Path(sys.executable).parent / "navigator")
-        done_families = set()
-        for rec in records:
-            if rec.get("error") or not rec.get("workspace") or rec["family"] in done_families or not rec.get("best"):
-                continue
-            done_families.add(rec["family"])
-            print(f"[zoo] serve {rec['model']} ...", flush=True)
-            serve.append(serve_one(rec, nav))
-            print(f"[zoo] serve {rec['model']}: {serve[-1].get('status')} {_short(serve[-1].get('reason'), 200) or ''}",
-                  flush=True)
+    serve = serve_all(records) if a.serve else []
 
     meta = {"date": _dt.datetime.now().isoformat(timespec="seconds"), "cpu": _cpu(), "load_start": load_start,
             "load_end": [round(x, 2) for x in os.getloadavg()], "total_s": time.perf_counter() - start,
@@ -780,6 +806,22 @@ def main(argv=None) -> int:
     if a.write_expected:
         write_expected(records, Path(a.write_expected))
     return 0
+
+
+def serve_all(records: list[dict]) -> list[dict]:
+    """One serving check per family (its first model that has a workspace and a best format)."""
+    nav = str(Path(sys.executable).parent / "navigator")
+    done_families = set()
+    serve = []
+    for rec in records:
+        if rec.get("error") or not rec.get("workspace") or rec["family"] in done_families or not rec.get("best"):
+            continue
+        done_families.add(rec["family"])
+        print(f"[zoo] serve {rec['model']} ...", flush=True)
+        serve.append(serve_one(rec, nav))
+        print(f"[zoo] serve {rec['model']}: {serve[-1].get('status')} {_short(serve[-1].get('reason'), 200) or ''}",
+              flush=True)
+    return serve
 
 
 if __name__ == "__main__":

@@ -92,15 +92,14 @@ class Reporter:
             line += f": {peak['throughput']:.1f}/s at batch {peak['batch_size']}"
         self._print(line, {"ok": None, "failed": "red", "skipped": "yellow", "inconclusive": "yellow"}.get(status))
 
-    def summary(self, status, *, exit_code: int, failures: list[str], timings: dict | None = None) -> None:
+    def table(self, title: str, headers: list[str], rows: list[list[str]]) -> None:
+        """A table: rich on a TTY, aligned plain columns otherwise (the title only there)."""
         if self.mode == "quiet":
             return
-        rows = summary_rows(status)
-        headers = ["format", "runner", "convert", "verify", "profile", "best throughput"]
         if self._console is not None:
             from rich.table import Table
 
-            table = Table(title=f"{status.model.name}: {status.state}")
+            table = Table(title=title)
             for h in headers:
                 table.add_column(h)
             for row in rows:
@@ -109,11 +108,17 @@ class Reporter:
                 self._console.print(table)
             except BrokenPipeError:
                 self._reader_gone()
-        else:
-            widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-            self._print("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
-            for row in rows:
-                self._print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+            return
+        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+        self._print("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
+        for row in rows:
+            self._print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+
+    def summary(self, status, *, exit_code: int, failures: list[str], timings: dict | None = None) -> None:
+        if self.mode == "quiet":
+            return
+        self.table(f"{status.model.name}: {status.state}",
+                   ["format", "runner", "convert", "verify", "profile", "best throughput"], summary_rows(status))
         if status.best:
             b = status.best
             extra = f", {b.throughput:.1f}/s at batch {b.batch_size}" if b.throughput is not None else ""

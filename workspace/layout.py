@@ -85,6 +85,17 @@ class Workspace:
                 raise UserInputError(f"{p} holds {len(found)} workspaces ({names}); name one of them")
         raise UserInputError(f"{p}: not a Navigator workspace (no status.yaml) nor a workdir holding one")
 
+    @classmethod
+    def find_all(cls, path: str | os.PathLike) -> list["Workspace"]:
+        """Every workspace ``path`` names: itself when it is one, else each workspace with a
+        status.yaml in that workdir, by name (none: the error :meth:`find` gives)."""
+        p = Path(path)
+        if p.is_dir() and not (p / "status.yaml").is_file():
+            found = sorted(c for c in p.iterdir() if c.name.endswith(SUFFIX) and (c / "status.yaml").is_file())
+            if found:
+                return [cls(c.resolve()) for c in found]
+        return [cls.find(p)]
+
     @property
     def name(self) -> str:
         return self.root.name[: -len(SUFFIX)] if self.root.name.endswith(SUFFIX) else self.root.name
@@ -132,6 +143,11 @@ class Workspace:
         return self.root / ".serving.partial"
 
     @property
+    def placement_path(self) -> Path:
+        """``placement.yaml``: where each step ran and every attempt (``navigator convert-many``)."""
+        return self.root / "placement.yaml"
+
+    @property
     def gate_report(self) -> Path:
         return self.report_dir / "gate.json"
 
@@ -169,6 +185,20 @@ class Workspace:
     # subfolders a fresh run clears (keep=True: a resumed run keeps all but jobs/)
     def scratch_dirs(self, *, keep: bool) -> list[Path]:
         return [self.jobs_dir] if keep else [self.formats_dir, self.samples_dir, self.jobs_dir, self.report_dir]
+
+    def stale_partial_files(self) -> list[Path]:
+        """Files that a writer killed mid-write left behind: the hidden temp files of atomic writes
+        (``.<name>.<random>.tmp``, navigator.workspace.atomic) and copies in progress (``<name>.part``),
+        in the workspace's own folder and below formats/ and samples/. Garbage whenever no run holds
+        the workspace lock (a worker stopped by Ctrl-C or SIGKILL gets no chance to remove them)."""
+        def partial(p: Path) -> bool:
+            return p.is_file() and (p.name.startswith(".") and p.name.endswith(".tmp") or p.name.endswith(".part"))
+
+        found = [p for p in self.root.glob("*") if partial(p)] if self.root.is_dir() else []
+        for folder in (self.formats_dir, self.samples_dir):
+            if folder.is_dir():
+                found += [p for p in folder.rglob("*") if partial(p)]
+        return sorted(found)
 
     def job_file(self, name: str) -> Path:
         return self.jobs_dir / f"{name}.json"

@@ -44,6 +44,9 @@ class RunContext:
     resume_from: Status | None = None                # the previous record, when its inputs are unchanged
     step_hashes: dict = field(default_factory=dict)  # (key, runner key, stage) -> inputs_sha256
     live: Any = None                 # the flat module of a live torch source: in-process jobs hand it over
+    # Profiles that cannot be reused are left to a later run instead of measured now (convert-many's
+    # build phase: its measurements run alone on the node afterwards, navigator.many.node).
+    defer_profiles: bool = False
 
     def save(self) -> None:
         status_mod.save(self.status, self.ws.status_path)

@@ -102,8 +102,12 @@ def _record_unavailable(ctx: RunContext, unsupported: list[str], dropped: list[s
             status="skipped", reason=f"no converter produces {key} here (precision {k.precision})"))
 
 
-def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_func=None) -> RunOutcome:
-    """The whole pipeline for one model (navigator.pipeline's docstring)."""
+def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_func=None,
+        defer_profiles: bool = False) -> RunOutcome:
+    """The whole pipeline for one model (navigator.pipeline's docstring). ``defer_profiles``:
+    profiles that cannot be reused from the last run are not measured but left ``skipped``
+    (:data:`~navigator.pipeline.execute.DEFERRED`) for a later run to measure, unlike
+    ``--no-profile``, which drops them (convert-many's build phase)."""
     t0 = time.perf_counter()
     config = config.resolved()
     device, runner_devices = resolve_device(config.device)
@@ -138,7 +142,7 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
                 reporter.info("resuming: unchanged steps of the last run are reused (--force redoes them)")
             ctx = RunContext(config=config, ws=ws, status=st, source=source, device=device, reporter=reporter,
                              runner_devices=runner_devices, resume_from=previous,
-                             verify_func=verify_func, timings=timings)
+                             verify_func=verify_func, timings=timings, defer_profiles=defer_profiles)
             if source.format == "torch" and ctx.is_live:
                 from navigator.sources import torch_support
 

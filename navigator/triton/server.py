@@ -86,6 +86,21 @@ def model_folders(repo: Path) -> list[str]:
     return sorted(names, key=lambda n: (is_ensemble(n), n))
 
 
+_PLATFORMS = {"onnxruntime_onnx": "onnxruntime", "tensorflow_savedmodel": "tensorflow",
+              "tensorflow_graphdef": "tensorflow", "pytorch_libtorch": "pytorch", "tensorrt_plan": "tensorrt",
+              "ensemble": "ensemble"}
+
+
+def config_backend(path: Path) -> str | None:
+    """The backend a config.pbtxt asks for (``backend:``, or its ``platform:`` mapped to one)."""
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    found = re.search(r'^\s*backend\s*:\s*"([^"]+)"', text, re.M)
+    if found:
+        return found.group(1)
+    found = re.search(r'^\s*platform\s*:\s*"([^"]+)"', text, re.M)
+    return _PLATFORMS.get(found.group(1), found.group(1)) if found else None
+
+
 class TritonServer:
     """A ``tritonserver`` process serving ``repo`` on 127.0.0.1 (a context manager).
 
@@ -158,6 +173,19 @@ class TritonServer:
             if missing:
                 raise UserInputError(f"model {missing[0]!r} is not in {self.repo} (it has "
                                      f"{', '.join(model_folders(self.repo)) or 'no model'})")
+        self._check_backends()
+
+    def _check_backends(self) -> None:
+        """Every model's backend is one this server has (the Python backend, the stand-ins with
+        --cpu-backends): found here, one line, instead of a load failure deep in the server log."""
+        have = {"python", "ensemble", *(STANDINS if self.cpu_backends else ())}
+        for name in (self.models if self.models is not None else model_folders(self.repo)):
+            backend = config_backend(self.repo / name / "config.pbtxt")
+            if backend and backend not in have:
+                hint = ("; --cpu-backends stands in for " + " and ".join(STANDINS) if backend in STANDINS
+                        else f"; this server has {' and '.join(sorted(have - {'ensemble'}))} only: write the "
+                             "repository with a format those serve (navigator triton WS --formats onnx)")
+                raise UserInputError(f"model {name!r} of {self.repo} needs Triton's {backend!r} backend{hint}")
 
     def _backend_dir(self) -> Path:
         """A private backend dir: python/ copied from the cache, plus the stand-ins."""

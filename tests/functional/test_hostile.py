@@ -233,3 +233,18 @@ def test_a_package_folder_in_the_working_directory_shadows_nothing(tmp_path, onn
                        capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "the wrong" not in r.stdout + r.stderr
+
+
+def test_serving_a_backend_this_triton_lacks_is_one_line(cli, tmp_path):
+    """A repository whose model needs the pytorch backend, served by the CPU Triton (Python
+    backend and the onnxruntime/openvino stand-ins only): refused before the server starts,
+    naming the model, the backend and what to do."""
+    model = tmp_path / "repo" / "bert"
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "model.pt").write_bytes(b"\0")
+    (model / "config.pbtxt").write_text('name: "bert"\nbackend: "pytorch"\nmax_batch_size: 8\n')
+    line = one_line_error(cli("serve", tmp_path / "repo", "--cpu-backends", timeout=120), "'bert'", "'pytorch'",
+                          "--formats")
+    assert "onnxruntime" in line
+    (model / "config.pbtxt").write_text('name: "bert"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n')
+    one_line_error(cli("serve", tmp_path / "repo", timeout=120), "'onnxruntime'", "--cpu-backends")
