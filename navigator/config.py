@@ -30,6 +30,8 @@ class NavigatorConfig:
     model_name: str | None = None
     model_format: str | None = None
     signature_name: str | None = None              # SavedModel signature (default serving_default)
+    task: str | None = None                         # Hugging Face task (default: from config.architectures)
+    trust_remote_code: bool = False                 # run a Hugging Face folder's own model code
     targets: tuple[str, ...] | None = None
     target_precisions: tuple[str, ...] | None = None
     device: str | None = None
@@ -373,7 +375,8 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
                 raise UserInputError(f"worker_memory_gb: must be a finite number >= 0 of GiB (0: no limit), got "
                                      f"{value}")
             changes[key] = float(value)
-        elif key in ("no_batching", "no_profile", "allow_failures", "force", "allow_nan", "trt_version_compatible"):
+        elif key in ("no_batching", "no_profile", "allow_failures", "force", "allow_nan", "trt_version_compatible",
+                     "trust_remote_code"):
             changes[key] = bool(_check_type(key, value, bool))
         elif key in ("workdir", "samples", "triton_repo"):
             changes[key] = os.fspath(_check_type(key, value, (str, os.PathLike)))
@@ -385,7 +388,7 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
             except UserInputError as e:
                 raise UserInputError(f"reference: {e.one_line()}") from None
             changes[key] = value
-        else:  # model_name, model_format, signature_name
+        else:  # model_name, model_format, signature_name, task
             changes[key] = _check_type(key, value, str)
     result = dataclasses.replace(base, **changes)
     if result.no_batching and result.batch_dim is not None:

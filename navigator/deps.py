@@ -32,11 +32,15 @@ _DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
     "yaml": ("pyyaml", "PyYAML"),
     "google.protobuf": ("protobuf",),
     "rich": ("rich",),
+    "transformers": ("transformers",),
+    "tokenizers": ("tokenizers",),
+    "safetensors": ("safetensors",),
 }
 
 # The packages whose versions go into status.yaml's environment.
 RECORDED = ("numpy", "onnx", "onnxruntime", "onnx_graphsurgeon", "onnxslim", "polygraphy", "openvino",
-            "torch", "onnxscript", "tensorflow", "tf2onnx", "tensorrt", "tensorrt_rtx", "google.protobuf")
+            "torch", "onnxscript", "tensorflow", "tf2onnx", "tensorrt", "tensorrt_rtx", "google.protobuf",
+            "transformers", "tokenizers")
 
 
 @functools.lru_cache(maxsize=None)

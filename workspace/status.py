@@ -157,6 +157,15 @@ class ModelInfo(Record):
     source_format: str
     path: str | None = None
     sha256: str | None = None
+    # a Hugging Face model (v2, optional): task, chosen_by, architecture, model_type, dtype (as saved),
+    # weights, tokenizer, trust_remote_code
+    huggingface: dict | None = None
+
+    _OPTIONAL: ClassVar = ("huggingface",)   # left out of the file while None (other sources' files unchanged)
+
+    def to_dict(self) -> dict:
+        data = super().to_dict()
+        return {k: v for k, v in data.items() if not (k in self._OPTIONAL and v is None)}
 
 
 @dataclass

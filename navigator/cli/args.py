@@ -21,16 +21,21 @@ class ArgGroup:
 
 class ModelArgs(ArgGroup):
     title = "model"
-    dests = ("workdir", "model_name", "model_format", "signature_name", "targets", "target_precisions", "device",
-             "force", "config_path", "triton_repo")
+    dests = ("workdir", "model_name", "model_format", "signature_name", "task", "trust_remote_code", "targets",
+             "target_precisions", "device", "force", "config_path", "triton_repo")
 
     def add_to(self, parser):
         g = parser.add_argument_group(self.title)
         g.add_argument("--workdir", help="folder holding <model>.nav.workspace/ (default ./navigator_workdir)")
         g.add_argument("--model-name", help="name of the workspace and Triton model (default: the file's stem)")
-        g.add_argument("--model-format", help="the source's format when the path does not tell (onnx, savedmodel)")
+        g.add_argument("--model-format", help="the source's format when the path does not tell (onnx, savedmodel, "
+                                              "huggingface)")
         g.add_argument("--signature", dest="signature_name", metavar="NAME",
                        help="the SavedModel signature to convert (default serving_default)")
+        g.add_argument("--task", metavar="T", help="Hugging Face models: the task to load the checkpoint for "
+                                                   "(default: from config.architectures), e.g. text-classification")
+        g.add_argument("--trust-remote-code", action="store_true",
+                       help="Hugging Face models: run the model code shipped in the folder (off by default)")
         g.add_argument("--targets", "--target-formats", dest="targets", metavar="K,…",
                        help="format keys to produce, e.g. onnx,onnx-optimized,openvino (default: per source)")
         g.add_argument("--target-precisions", metavar="P,…", help="fp32 (default), fp16, bf16, int8")

@@ -11,6 +11,11 @@ for each format with --formats all or several keys; with --preprocess /
 --postprocess the ensemble is <model> and its steps <model>_preprocess,
 <model>_<key>, <model>_postprocess. torch_export, aoti (unless --aoti-native)
 and any format with --python-backend are served by a generated model.py.
+
+A Hugging Face text model converted from a folder with tokenizer.json is served
+as an ensemble that takes text (--tokenizer, on by default there): steps
+<model>_preprocess (the tokenizer), <model>_<key> and, for classification,
+<model>_postprocess (labels from config.id2label).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ _DESTS = ("repo", "formats", "model_name", "model_version", "max_batch_size", "i
           "dynamic_batching", "max_queue_delay_us", "preferred_batch_sizes", "warmup", "python_backend", "labels",
           "response_cache", "rate_limit_resources", "rate_limit_priority", "queue_policy", "priority_levels",
           "default_priority_level", "cuda_graphs", "ort_trt_precision", "preprocess", "postprocess",
-          "execution_env", "aoti_native", "force")
+          "execution_env", "aoti_native", "force", "tokenizer")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,6 +81,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--preprocess", metavar="FILE.py", help="defines preprocess(**inputs) -> dict: an ensemble step")
     p.add_argument("--postprocess", metavar="FILE.py",
                    help="defines postprocess(**outputs) -> dict: an ensemble step")
+    p.add_argument("--tokenizer", action=argparse.BooleanOptionalAction, default=None,
+                   help="Hugging Face text models: an ensemble whose first step tokenizes BYTES text with the "
+                        "folder's tokenizer.json (and whose last adds labels for classification); default on where "
+                        "the folder has one")
 
 
 def options_from_args(args: argparse.Namespace) -> dict:

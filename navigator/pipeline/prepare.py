@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,13 +56,21 @@ def environment(device: str) -> dict:
 def prepare(model: Any, samples: Any, config: NavigatorConfig, reporter) -> Prepared:
     """Open the source, read its signature, pick the workspace, take or generate
     the samples and derive the shape profiles. Writes nothing into the workspace yet.
-    A ``file.py:factory`` source is prepared in a worker (:func:`prepare_in_worker`): the
-    user's code never runs in the calling process."""
-    from navigator.sources import is_factory_spec, open_source
+    A ``file.py:factory`` source and a Hugging Face folder are prepared in a worker
+    (:func:`prepare_in_worker`): the user's code (and a model's weights) never load in the
+    calling process."""
+    from navigator.sources import is_factory_spec, is_hf_folder_spec, open_source
 
     if is_factory_spec(model):
         return prepare_in_worker(model, samples, config, reporter)
-    source = open_source(model, config.model_format, config.signature_name)
+    if is_hf_folder_spec(model, config.model_format):
+        from navigator.sources import hf_support
+
+        if config.task is not None and config.task not in hf_support.TASKS:   # said before a worker starts
+            raise UserInputError(f"--task {config.task!r} is not supported; supported tasks: {hf_support.supported()}")
+        return prepare_in_worker(str(Path(model)), samples, config, reporter)
+    source = open_source(model, config.model_format, config.signature_name, task=config.task,
+                         trust_remote_code=config.trust_remote_code)
     return prepare_source(source, samples, config, reporter)
 
 
@@ -79,6 +88,7 @@ def prepare_source(source, samples: Any, config: NavigatorConfig, reporter) -> P
     else:
         batch_dim = detect_batch_dim(source.signature, batch_dim=config.batch_dim, no_batching=config.no_batching)
     sig = source.signature
+    ranges = {**source.value_ranges, **(config.value_ranges or {})}   # the flags win over the source's
     info = SamplesInfo()
     if samples is not None and config.samples:
         raise UserInputError("samples given twice: as an argument and as --samples")
@@ -94,12 +104,12 @@ def prepare_source(source, samples: Any, config: NavigatorConfig, reporter) -> P
             log.warning("%s", note)
             reporter.warn(note)
     else:
-        batches = samples_mod.generate(sig, shapes=list(config.shapes or []) or None,
-                                       count=config.sample_count or samples_mod.DEFAULT_GENERATED,
-                                       value_ranges=config.value_ranges, dtypes=config.dtypes,
-                                       bounds=source.index_bounds, batch_dim=batch_dim, seed=config.seed)
+        batches = source.generate(sig, shapes=list(config.shapes or []) or None,
+                                  count=config.sample_count or samples_mod.DEFAULT_GENERATED,
+                                  value_ranges=ranges, dtypes=config.dtypes,
+                                  bounds=source.index_bounds, batch_dim=batch_dim, seed=config.seed)
         info.source = "generated"
-        info.value_ranges = {spec.name: list(samples_mod.value_range(spec, config.value_ranges or {},
+        info.value_ranges = {spec.name: list(samples_mod.value_range(spec, ranges,
                                                                       source.index_bounds,
                                                                       (config.dtypes or {}).get(spec.name)))
                              for spec in sig.inputs}
@@ -114,13 +124,13 @@ def prepare_source(source, samples: Any, config: NavigatorConfig, reporter) -> P
                 raise UserInputError(f"sample {i} ({shapes}) lies outside every shape profile; widen "
                                      "--min-shapes/--max-shapes or give samples inside them")
     else:
-        profile, warnings = samples_mod.derive_profile(sig, batches, batch_dim=batch_dim,
-                                                       max_batch_size=config.max_batch_size)
+        profile, warnings = source.derive_profile(sig, batches, batch_dim=batch_dim,
+                                                  max_batch_size=config.max_batch_size)
         profiles = [profile]
     for w in warnings + list(source.notes):
         log.warning("%s", w)
         reporter.warn(w)
-    corners = _add_corners(batches, sig, profiles, batch_dim, source, config, info)
+    corners = _add_corners(batches, sig, profiles, batch_dim, source, config, info, ranges)
     reference = None
     if hasattr(source, "complete"):   # the reference is computed here (torch); a corner it refuses is dropped
         reference, refused = source.complete(batches, batch_dim, corners=corners,
@@ -132,11 +142,12 @@ def prepare_source(source, samples: Any, config: NavigatorConfig, reporter) -> P
                     samples_info=info, warnings=warnings, reference=reference)
 
 
-def _add_corners(batches: list[dict], sig, profiles: list[dict], batch_dim, source, config, info) -> list[int]:
+def _add_corners(batches: list[dict], sig, profiles: list[dict], batch_dim, source, config, info,
+                 ranges: dict) -> list[int]:
     """Samples at each shape profile's min / max corner that the samples do not cover
     (navigator.sources.samples.corner_shapes), appended to ``batches``; returns their indices.
     The user's own samples are cropped or repeated to a corner's shape (their structure kept);
-    generated samples get more of the same random draw."""
+    generated samples get more of the source's own draw (a Hugging Face model's padding masks)."""
     from navigator.sources import samples as samples_mod
 
     shapes = samples_mod.corner_shapes(sig, profiles, batches, batch_dim)
@@ -146,14 +157,13 @@ def _add_corners(batches: list[dict], sig, profiles: list[dict], batch_dim, sour
         if given:
             batch = samples_mod.resize_sample(batches[0], shape)
         else:
-            (batch,) = samples_mod.generate(sig, shapes=[shape], count=1, value_ranges=config.value_ranges,
-                                            dtypes=config.dtypes, bounds=source.index_bounds,
-                                            batch_dim=batch_dim, seed=(config.seed or 0) + 1000 + k)
+            (batch,) = source.generate(sig, shapes=[shape], count=1, value_ranges=ranges, dtypes=config.dtypes,
+                                       bounds=source.index_bounds, batch_dim=batch_dim,
+                                       seed=(config.seed or 0) + 1000 + k)
         corners.append(len(batches))
         batches.append(batch)
     if corners and not given and not info.value_ranges:   # what the corners were generated in
-        info.value_ranges = {spec.name: list(samples_mod.value_range(spec, config.value_ranges or {},
-                                                                      source.index_bounds,
+        info.value_ranges = {spec.name: list(samples_mod.value_range(spec, ranges, source.index_bounds,
                                                                       (config.dtypes or {}).get(spec.name)))
                              for spec in sig.inputs}
     if corners:
@@ -213,7 +223,8 @@ def write_workspace(prep: Prepared, config: NavigatorConfig, device: str, *, kee
         npz.save(ws.sample_file("reference", i), outputs)
     st = Status(
         model=ModelInfo(name=ws.name, source_format=source.format,
-                        path=source.identity(), sha256=source.sha256()),
+                        path=source.identity(), sha256=source.sha256(),
+                        huggingface=getattr(source, "huggingface", None) or None),
         navigator_version=__version__, state="running", environment=environment(device),
         signature=source.signature, batch_dim=prep.batch_dim, shape_profiles=prep.profiles,
         samples=prep.samples_info, config=config.to_dict(),
@@ -250,8 +261,9 @@ class _Collect:
 
 
 def run_prepare(task) -> dict:
-    """The prepare stage of a worker: open the factory, take or generate the samples, compute
-    the reference, and leave them with the signature and the source's facts in ``task.prepare.out``."""
+    """The prepare stage of a worker: open the factory (or Hugging Face folder), take or generate the
+    samples, compute the reference, and leave them with the signature and the source's facts in
+    ``task.prepare.out``."""
     import json
 
     from navigator.sources import open_source
@@ -260,7 +272,8 @@ def run_prepare(task) -> dict:
     config = NavigatorConfig.from_dict(spec.config)
     out = Path(spec.out)
     samples = _load_staged_samples(Path(spec.samples)) if spec.samples else None
-    source = open_source(spec.model, config.model_format, config.signature_name)
+    source = open_source(spec.model, config.model_format, config.signature_name, task=config.task,
+                         trust_remote_code=config.trust_remote_code)
     reporter = _Collect()
     prep = prepare_source(source, samples, config, reporter)
     for i, batch in enumerate(prep.batches):
@@ -270,11 +283,12 @@ def run_prepare(task) -> dict:
     src = prep.source
     facts = {"signature": src.signature.to_dict(), "batch_dim": prep.batch_dim, "profiles": prep.profiles,
              "samples_info": prep.samples_info.to_dict(), "warnings": reporter.lines,
-             "source": {"name": src.name, "factory": src.factory, "io": src.io.to_json(),
-                        "index_bounds": src.index_bounds, "notes": list(src.notes),
-                        "generated_float": list(src.generated_float), "reference_digest": src.reference_digest,
-                        "state_sha256": src.state_sha256,
-                        "default_targets": list(src.default_targets) if src.default_targets else None}}
+             "source": src.worker_facts() if hasattr(src, "worker_facts") else {
+                 "name": src.name, "factory": src.factory, "io": src.io.to_json(),
+                 "index_bounds": src.index_bounds, "notes": list(src.notes),
+                 "generated_float": list(src.generated_float), "reference_digest": src.reference_digest,
+                 "state_sha256": src.state_sha256,
+                 "default_targets": list(src.default_targets) if src.default_targets else None}}
     from navigator.workspace.atomic import write_text
 
     write_text(out / PREPARED_FILE, json.dumps(facts, default=str))
@@ -296,7 +310,7 @@ def _stage_samples(samples: Any, config: NavigatorConfig, folder: Path) -> None:
     for i, batch in enumerate(iterator):
         if i >= (config.sample_count or samples_mod.DEFAULT_TAKEN):
             break
-        if isinstance(batch, dict):
+        if isinstance(batch, Mapping):   # a dict, or a tokenizer's BatchEncoding
             arrays = {str(k): samples_mod.as_array(v, f"sample {i}, input '{k}'") for k, v in batch.items()}
         elif isinstance(batch, (tuple, list)):
             arrays = {f"__pos_{j}": samples_mod.as_array(v, f"sample {i}, input {j}") for j, v in enumerate(batch)}
@@ -322,7 +336,7 @@ def _load_staged_samples(folder: Path) -> list:
 
 
 def prepare_in_worker(model: str, samples: Any, config: NavigatorConfig, reporter) -> Prepared:
-    """Prepare a ``file.py:factory`` source in a worker under the run's --timeout and
+    """Prepare a ``file.py:factory`` source (or a Hugging Face folder) in a worker under the run's --timeout and
     --worker-memory-gb: a factory or forward that hangs, balloons, crashes or exits ends in one
     error line, never in the calling process. The worker's files live in a scratch folder of the
     workdir while it runs."""
@@ -368,12 +382,18 @@ def prepare_in_worker(model: str, samples: Any, config: NavigatorConfig, reporte
         batches = [npz.load(p) for p in sorted((tmp / "out" / "inputs").glob("*.npz"))]
         reference = [npz.load(p) for p in sorted((tmp / "out" / "reference").glob("*.npz"))]
     s = facts["source"]
-    io = ts.TorchIO.from_json(s["io"])
-    source = TorchSource(format="torch", key="torch", name=s["name"], obj=None, isolated=True, factory=s["factory"],
-                         signature=ModelSignature.from_dict(facts["signature"]), index_bounds=s["index_bounds"],
-                         reference_runner=None, notes=s["notes"], io=io, generated_float=s["generated_float"],
-                         reference_digest=s["reference_digest"], state_sha256=s["state_sha256"],
-                         default_targets=tuple(s["default_targets"]) if s["default_targets"] else None)
+    if s.get("kind") == "huggingface":
+        from navigator.sources.huggingface import HFSource
+
+        source = HFSource.from_facts(s, ModelSignature.from_dict(facts["signature"]))
+    else:
+        io = ts.TorchIO.from_json(s["io"])
+        source = TorchSource(format="torch", key="torch", name=s["name"], obj=None, isolated=True,
+                             factory=s["factory"], signature=ModelSignature.from_dict(facts["signature"]),
+                             index_bounds=s["index_bounds"], reference_runner=None, notes=s["notes"], io=io,
+                             generated_float=s["generated_float"], reference_digest=s["reference_digest"],
+                             state_sha256=s["state_sha256"],
+                             default_targets=tuple(s["default_targets"]) if s["default_targets"] else None)
     for line in facts["warnings"]:
         log.warning("%s", line)
         reporter.warn(line)

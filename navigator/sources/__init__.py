@@ -3,11 +3,12 @@ SavedModel or Keras model), its signature, its samples and reference outputs.
 
 - :mod:`~navigator.sources.base`: the ``Source`` record and the digests resuming uses;
 - :mod:`~navigator.sources.onnx`, :mod:`~navigator.sources.torch`,
-  :mod:`~navigator.sources.tensorflow`: the kinds;
+  :mod:`~navigator.sources.tensorflow`, :mod:`~navigator.sources.huggingface`: the kinds;
 - :mod:`~navigator.sources.signature`: ONNX signatures, batch dims, index bounds;
 - :mod:`~navigator.sources.samples`: sample batches and shape profiles;
-- :mod:`~navigator.sources.torch_support`, :mod:`~navigator.sources.tf_support`: the
-  framework glue, imported only when such a source is used.
+- :mod:`~navigator.sources.torch_support`, :mod:`~navigator.sources.tf_support`,
+  :mod:`~navigator.sources.hf_support` (+ ``hf_inputs``, ``hf_folder``): the framework
+  glue, imported only when such a source is used.
 """
 
 from __future__ import annotations
@@ -18,11 +19,24 @@ from typing import Any
 
 from navigator.errors import UserInputError
 from navigator.sources.base import Source
+from navigator.sources.hf_folder import is_hf_folder
 from navigator.sources.onnx import ONNX_SUFFIXES, open_onnx
 from navigator.sources.tensorflow import open_saved_model, open_tf_object, saved_model_name
 from navigator.sources.torch import open_torch, open_torch_file
 
-__all__ = ["Source", "open_source", "default_name", "is_factory_spec"]
+__all__ = ["Source", "open_source", "default_name", "is_factory_spec", "is_hf_folder_spec"]
+
+
+def is_hf_folder_spec(model: Any, model_format: str | None = None) -> bool:
+    """A path to a Hugging Face model folder (a ``config.json`` of transformers), or any path with
+    ``--model-format huggingface``."""
+    if not isinstance(model, (str, os.PathLike)) or is_factory_spec(model):
+        return False
+    if model_format is not None:
+        return model_format == "huggingface"
+    path = Path(model)
+    saved_model = (path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file()
+    return path.is_dir() and not saved_model and is_hf_folder(path)
 
 
 def is_factory_spec(model: Any) -> bool:
@@ -41,8 +55,24 @@ def default_name(model: str | os.PathLike) -> str:
     return saved_model_name(path) if path.is_dir() else path.stem
 
 
-def open_source(model: Any, model_format: str | None = None, signature_name: str | None = None) -> Source:
-    """Recognise the model: a path (ONNX file, ...) or a live framework object."""
+def open_source(model: Any, model_format: str | None = None, signature_name: str | None = None, *,
+                task: str | None = None, trust_remote_code: bool = False) -> Source:
+    """Recognise the model: a path (ONNX file, ...) or a live framework object. ``task`` and
+    ``trust_remote_code`` apply to Hugging Face models only."""
+    source = _open(model, model_format, signature_name, task, trust_remote_code)
+    from navigator.sources.huggingface import HFSource
+
+    if not isinstance(source, HFSource):
+        if task is not None:
+            raise UserInputError(f"--task {task}: applies to Hugging Face models only (a folder with config.json, "
+                                 "or a PreTrainedModel)")
+        if trust_remote_code:
+            raise UserInputError("--trust-remote-code: applies to Hugging Face model folders only")
+    return source
+
+
+def _open(model: Any, model_format: str | None, signature_name: str | None, task: str | None,
+          trust_remote_code: bool) -> Source:
     if is_factory_spec(model):
         from navigator import deps
         from navigator.sources import torch_support
@@ -62,11 +92,14 @@ def open_source(model: Any, model_format: str | None = None, signature_name: str
                 fmt = "torch_export"
             elif path.is_dir() and ((path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file()):
                 fmt = "savedmodel"
+            elif path.is_dir() and is_hf_folder(path):
+                fmt = "huggingface"
             elif not path.exists():
                 raise UserInputError(f"{path}: no such file or directory")
             else:
                 raise UserInputError(f"{path}: cannot tell the model format from the name; supported here: "
-                                     ".onnx files (give --model-format)")
+                                     ".onnx, .pt, .pt2 files, SavedModel and Hugging Face (config.json) folders "
+                                     "(give --model-format)")
         if not path.exists():
             raise UserInputError(f"{path}: no such file or directory")
         if fmt == "onnx":
@@ -77,16 +110,26 @@ def open_source(model: Any, model_format: str | None = None, signature_name: str
             return open_torch_file(path, fmt)
         if fmt == "savedmodel":
             return open_saved_model(path, signature_name)
+        if fmt == "huggingface":
+            from navigator.sources.huggingface import open_hf_folder
+
+            if not path.is_dir():
+                raise UserInputError(f"{path}: a Hugging Face model is a folder (config.json and weights)")
+            return open_hf_folder(path, task, trust_remote_code)
         raise UserInputError(f"--model-format {fmt!r} is not supported; supported: onnx, torchscript, torch_export, "
-                             "savedmodel")
+                             "savedmodel, huggingface")
     from navigator.sources import tf_support
 
     if tf_support.is_tf_object(model):
         return open_tf_object(model, signature_name)
-    from navigator.sources import torch_support
+    from navigator.sources import hf_support, torch_support
 
+    if hf_support.is_hf_model(model):
+        from navigator.sources.huggingface import open_hf_model
+
+        return open_hf_model(model, task)
     if torch_support.is_torch_module(model):
         return open_torch(model, None)
     raise UserInputError(f"cannot convert an object of type {type(model).__name__}; give an nn.Module, a Keras "
-                         "model, a tf.Module, a path to an .onnx file or a SavedModel directory, or "
-                         "path/to/file.py:factory")
+                         "model, a tf.Module, a transformers PreTrainedModel, a path to an .onnx file, a "
+                         "SavedModel or Hugging Face model folder, or path/to/file.py:factory")

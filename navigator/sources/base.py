@@ -68,6 +68,7 @@ class Source:
     obj: Any = None                # live object (nn.Module, Keras model)
     signature: ModelSignature | None = None
     index_bounds: dict = field(default_factory=dict)
+    value_ranges: dict = field(default_factory=dict)   # default [low, high) of generated inputs (flags win)
     isolated: bool = True          # False when exported in the calling process
     reference_runner: Any = None           # RunnerTask computing the reference (None: computed in this process)
     notes: list = field(default_factory=list)   # what opening the source decided for the user (shown as warnings)
@@ -87,6 +88,21 @@ class Source:
         """What status.yaml's ``model.path`` names: the file or folder the user gave (resolved),
         ``file.py:factory`` for a factory; None for a live object (nothing on disk names it)."""
         return str(self.path.resolve()) if self.path and self.obj is None else None
+
+    def generate(self, signature: ModelSignature, **options) -> list[dict]:
+        """Generated sample batches (:func:`navigator.sources.samples.generate`'s options); a source
+        that knows what its inputs look like (a Hugging Face model's padding masks) overrides it."""
+        from navigator.sources import samples
+
+        return samples.generate(signature, **options)
+
+    def derive_profile(self, signature: ModelSignature, batches: list[dict], *, batch_dim: int | None,
+                       max_batch_size: int) -> tuple[dict, list[str]]:
+        """The shape profile without --min/--max-shapes (:func:`navigator.sources.samples.derive_profile`);
+        a source that knows the sizes its model takes overrides it."""
+        from navigator.sources import samples
+
+        return samples.derive_profile(signature, batches, batch_dim=batch_dim, max_batch_size=max_batch_size)
 
     def export(self, ws, out_path: Path) -> dict:
         raise NotImplementedError

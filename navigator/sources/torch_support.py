@@ -342,6 +342,10 @@ def rebuild(record: dict, io: TorchIO):
                                  hint="seed it (torch.manual_seed) or load a checkpoint in the factory")
     elif record["kind"] in ("torchscript", "torch_export"):
         inner = load_model_file(record["file"], record["kind"])
+    elif record["kind"] == "huggingface":   # a save_pretrained folder (navigator.sources.huggingface)
+        from navigator.sources import hf_support
+
+        inner = hf_support.rebuild(record)
     else:
         return None
     return flat_module(inner, io)

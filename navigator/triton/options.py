@@ -68,6 +68,7 @@ class TritonOptions:
     postprocess: str | None = None              # FILE.py defining postprocess(**outputs) -> dict
     execution_env: str | None = None            # env.tar.gz: EXECUTION_ENV_PATH of Python-backend models
     aoti_native: bool = False                   # serve aoti with the PyTorch backend (platform torch_aoti)
+    tokenizer: bool | None = None               # a tokenizer step in front (None: where the workspace has one)
     force: bool = False                         # overwrite an existing version / an incompatible config
 
 
@@ -76,7 +77,7 @@ _ALIASES = {"triton_repo": "repo", "rate_limit_resource": "rate_limit_resources"
 _INT_FIELDS = {"model_version": 1, "max_batch_size": 0, "instances": 1, "max_queue_delay_us": 0,
                "rate_limit_priority": 0, "priority_levels": 1, "default_priority_level": 1}
 _BOOL_FIELDS = ("dynamic_batching", "warmup", "python_backend", "response_cache", "cuda_graphs", "aoti_native",
-                "force")
+                "force", "tokenizer")
 _PATH_FIELDS = ("repo", "labels", "preprocess", "postprocess", "execution_env")
 
 

@@ -28,6 +28,7 @@ the renames already made.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -37,6 +38,7 @@ from pathlib import Path
 
 from navigator.errors import UserInputError
 from navigator.triton import config as cfg_mod
+from navigator.triton import tokenizer as tokenizer_mod
 from navigator.triton.options import TritonOptions
 from navigator.triton.planning import Emission, build_config, plan_ensemble, plan_format, select_formats, triton_name
 
@@ -108,6 +110,24 @@ def _emit(ws, opts: TritonOptions, status) -> EmitResult:
     notes: list[str] = []
     keys = select_formats(st, opts.formats)
     base = triton_name(opts.model_name or st.model.name)
+    use = opts.tokenizer   # by default only where it applies, around one format, with no --preprocess of the user's
+    if use is None:
+        use = len(keys) == 1 and not opts.preprocess and tokenizer_mod.why_not(st) is None
+    if not use:
+        return _emit_models(ws, st, opts, repo, keys, base, notes, None)
+    if len(keys) != 1:
+        raise UserInputError("--tokenizer wraps one format in an ensemble; choose one with --formats best or "
+                             "--formats KEY")
+    # a Hugging Face text model's tokenizer in front: its step file lives in the workspace while it is emitted
+    with tempfile.TemporaryDirectory(prefix=".navigator-tokenizer-", dir=ws.root) as tmp:
+        tok = tokenizer_mod.steps(st, opts, Path(tmp), notes)
+        opts = dataclasses.replace(opts, preprocess=str(tok.step),
+                                   postprocess=opts.postprocess or (str(tok.step) if tok.labels else None))
+        return _emit_models(ws, st, opts, repo, keys, base, notes, tok)
+
+
+def _emit_models(ws, st, opts: TritonOptions, repo: Path, keys: list[str], base: str, notes: list[str],
+                 tok) -> EmitResult:
     ensemble = bool(opts.preprocess or opts.postprocess)
     if ensemble and len(keys) != 1:
         raise UserInputError("--preprocess/--postprocess wrap one format in an ensemble; choose one with "
@@ -119,6 +139,8 @@ def _emit(ws, opts: TritonOptions, status) -> EmitResult:
         emissions.append(plan_format(ws, st, key, name, opts, notes, top=not ensemble))
     if ensemble:   # steps first, the ensemble last: it goes live once everything it runs is in place
         around = plan_ensemble(ws, st, emissions[0], base, opts, notes)
+        if tok is not None:   # the tokenizer step loads tokenizer.json from its own version folder
+            next(e for e in around if e.plan.role == "preprocess").version_files["tokenizer.json"] = tok.tokenizer
         emissions = [e for e in around if e.plan.role != "ensemble"] + emissions + \
             [e for e in around if e.plan.role == "ensemble"]
     names = [e.plan.name for e in emissions]

@@ -214,6 +214,24 @@ def test_minimal_status_validates():
     schema.validate(st.to_dict())
 
 
+HF = {"task": "text-classification", "chosen_by": "config.architectures BertForSequenceClassification",
+      "architecture": "BertForSequenceClassification", "model_type": "bert", "dtype": "float32",
+      "weights": ["model.safetensors"], "tokenizer": "tokenizer.json", "trust_remote_code": False}
+
+
+def test_huggingface_record_is_optional_and_round_trips():
+    plain = full_status()
+    assert "huggingface" not in plain.to_dict()["model"]          # other sources' files are unchanged
+    st = full_status()
+    st.model = ModelInfo(name="bert", source_format="torch", path="/models/bert", sha256=SHA_MODEL, huggingface=HF)
+    data = st.to_dict()
+    schema.validate(data)
+    assert status.loads(status.dumps(st)).model == st.model
+    data["model"]["huggingface"]["trust_remote_code"] = "yes"     # negative control: the schema checks it
+    with pytest.raises(UserInputError, match=r"\$\.model\.huggingface\.trust_remote_code"):
+        schema.validate(data)
+
+
 @pytest.mark.parametrize("mutate, path, words", [
     (lambda d: d.update(state="done"), "$.state", "'done' is not one of"),
     (lambda d: d.update(schema_version=1), "$.schema_version", "2 was expected"),
