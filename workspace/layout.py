@@ -158,6 +158,11 @@ class Workspace:
     def scratch_dirs(self, *, keep: bool) -> list[Path]:
         return [self.jobs_dir] if keep else [self.formats_dir, self.samples_dir, self.jobs_dir, self.report_dir]
 
+    @property
+    def race_log(self) -> Path:
+        """stdout/stderr of the race worker, which profiles every format (navigator.execution.race_job)."""
+        return self.jobs_dir / "race.log"
+
     def job_file(self, name: str) -> Path:
         return self.jobs_dir / f"{name}.json"
 

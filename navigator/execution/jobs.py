@@ -41,6 +41,7 @@ class VerifySpec(Record):
 class ProfileSpec(Record):
     batch_dim: int | None = None
     settings: dict = field(default_factory=dict)            # navigator.execution.profiling.ProfileSettings
+    race: bool = False   # measured in the race job (navigator.execution.race_job), not in the format's worker
 
 
 @dataclass
@@ -122,6 +123,7 @@ class Job(Record):
     sys_path: list[str] = field(default_factory=list)
     log_level: str = "INFO"
     parent_pid: int | None = None
+    race: bool = False                   # the race job: screen and race the tasks' runners (race_job)
 
     _nested: ClassVar = {"tasks": (Task, "list")}
 
@@ -155,7 +157,7 @@ class Event(Record):
 
     task: int
     key: str
-    stage: str                           # reference | convert | verify | profile
+    stage: str                           # reference | convert | verify | profile | race
     event: str                           # start | end
     runner: str | None = None
     result: dict = field(default_factory=dict)

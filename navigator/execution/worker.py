@@ -119,6 +119,10 @@ def run_job(job: Job) -> int:
 
     ws = Workspace(Path(job.workspace))
     events = Events(job.events)
+    if job.race:
+        from navigator.execution.race_job import run_race
+
+        return run_race(ws, events, job)
     for i, task in enumerate(job.tasks):
         if task.kind == "prepare":   # a factory source, opened here rather than in the calling process
             from navigator.pipeline.prepare import run_prepare

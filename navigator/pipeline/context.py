@@ -44,6 +44,7 @@ class RunContext:
     resume_from: Status | None = None                # the previous record, when its inputs are unchanged
     step_hashes: dict = field(default_factory=dict)  # (key, runner key, stage) -> inputs_sha256
     live: Any = None                 # the flat module of a live torch source: in-process jobs hand it over
+    race_pending: dict = field(default_factory=dict)   # key -> (planned item, runner keys) profiled in the race
 
     def save(self) -> None:
         status_mod.save(self.status, self.ws.status_path)

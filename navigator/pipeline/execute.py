@@ -15,6 +15,7 @@ from navigator.pipeline.context import RunContext
 from navigator.pipeline.diskfull import WorkspaceFull, says_disk_full
 from navigator.pipeline.dispatch import run_job, run_job_in_process
 from navigator.pipeline.events import explain_skips, skip_runners
+from navigator.pipeline.race import defer_profile, run_race
 from navigator.pipeline.reproduce import write_reproduce
 from navigator.pipeline.tasks import format_task, reference_task, runner_specs, sys_path_for
 from navigator.workspace import npz
@@ -24,7 +25,8 @@ log = logging.getLogger(__name__)
 
 
 def run_formats(ctx: RunContext, planned) -> None:
-    """One worker per format, parents first; the first one also computes the reference."""
+    """One worker per format, parents first; the first one also computes the reference; then
+    the race worker profiles what the format workers verified."""
     st = ctx.status
     for item in planned:
         k = formats.parse_key(item.key)
@@ -38,6 +40,12 @@ def run_formats(ctx: RunContext, planned) -> None:
                                                 profile=ProfileStep(reason="pending"))
         st.formats[item.key] = fs
     ctx.save()
+    _run_planned(ctx, planned)
+    run_race(ctx)   # every profile still to measure, alone, once every format is verified
+
+
+def _run_planned(ctx: RunContext, planned) -> None:
+    st = ctx.status
     ref = ctx.config.reference
     if not ref or ref == ctx.source.key:
         for item in planned:
@@ -174,7 +182,8 @@ def run_tasks(ctx: RunContext, item, tasks: list[Task]) -> None:
     fs = ctx.status.formats[item.key]
     if item.converter is None and ctx.is_live:
         run_job_in_process(ctx, item.key, tasks)
-    else:
+    else:   # a worker: its profiles wait for the race (navigator.pipeline.race)
+        tasks = [defer_profile(ctx, item, t) for t in tasks]
         run_job(ctx, item.key, tasks, ctx.ws.worker_log(item.key), sys_path_for(item.converter))
     explain_skips(fs, ctx.config)
     ctx.save()
