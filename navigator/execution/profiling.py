@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from navigator.execution.racing import separated
+from navigator.execution.racing import separated, unstable
 
 STABILITY = 1.10          # max/min over the last 3 windows
 MIN_WINDOWS, MAX_WINDOWS, LAST = 3, 10, 3
@@ -133,7 +133,9 @@ def sweep(infer, sample: dict, batch_dim: int | None, settings: ProfileSettings)
             outcome.stable = False
             outcome.reason = outcome.reason or f"batch size {size}: throughput did not settle"
         gain = result["throughput"] / best - 1.0 if best else float("inf")
-        ahead = lead is None or separated(result["throughput"], result["spread"], lead["throughput"], lead["spread"])
+        # noise too large to tell (a spread above the stability bound) is no reason to stop
+        ahead = (lead is None or unstable(result["spread"]) or unstable(lead["spread"])
+                 or separated(result["throughput"], result["spread"], lead["throughput"], lead["spread"]))
         if lead is None or result["throughput"] > lead["throughput"]:
             lead = result
         best = max(best, result["throughput"])

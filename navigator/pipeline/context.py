@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -45,6 +46,26 @@ class RunContext:
     step_hashes: dict = field(default_factory=dict)  # (key, runner key, stage) -> inputs_sha256
     live: Any = None                 # the flat module of a live torch source: in-process jobs hand it over
     race_pending: dict = field(default_factory=dict)   # key -> (planned item, runner keys) profiled in the race
+    jobs: int = 1                    # formats converted and verified at once (navigator.pipeline.schedule)
+    # While formats run in parallel: the lock every change of the record (and save) is made under,
+    # released only while a thread waits for its worker; and the event that stops every worker.
+    lock: Any = None
+    cancel: Any = None
+
+    def locked(self):
+        return self.lock if self.lock is not None else contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def unlocked(self):
+        """Let other threads change the record while this one waits (a no-op when sequential)."""
+        if self.lock is None:
+            yield
+            return
+        self.lock.release()
+        try:
+            yield
+        finally:
+            self.lock.acquire()
 
     def save(self) -> None:
         status_mod.save(self.status, self.ws.status_path)

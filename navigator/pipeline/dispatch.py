@@ -28,8 +28,15 @@ def run_job(ctx: RunContext, name: str, tasks: list[Task], log_path: Path, sys_p
               parent_pid=os.getpid())
     ctx.process_starts += 1
     start = time.perf_counter()
-    outcome = isolation.run_worker(job, ctx.ws.job_file(name), log_path, stage_timeout_s=ctx.config.timeout,
-                                   on_event=lambda e: apply_event(ctx, e), memory_limit_gb=ctx.config.worker_memory_gb)
+
+    def on_event(event) -> None:
+        with ctx.locked():
+            apply_event(ctx, event)
+
+    with ctx.unlocked():   # other formats' threads apply their events while this one waits
+        outcome = isolation.run_worker(job, ctx.ws.job_file(name), log_path, stage_timeout_s=ctx.config.timeout,
+                                       on_event=on_event, memory_limit_gb=ctx.config.worker_memory_gb,
+                                       cancel=ctx.cancel)
     ctx.timings.setdefault("workers", []).append((name, time.perf_counter() - start, stage_durations(outcome)))
     log.info("worker %s: %.2f s, peak RSS %s MiB", name, time.perf_counter() - start, outcome.peak_rss_mb)
     for task in tasks:

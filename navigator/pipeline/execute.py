@@ -16,6 +16,7 @@ from navigator.pipeline.diskfull import WorkspaceFull, says_disk_full
 from navigator.pipeline.dispatch import run_job, run_job_in_process
 from navigator.pipeline.events import explain_skips, skip_runners
 from navigator.pipeline.race import defer_profile, run_race
+from navigator.pipeline.schedule import run_parallel
 from navigator.pipeline.reproduce import write_reproduce
 from navigator.pipeline.tasks import format_task, reference_task, runner_specs, sys_path_for
 from navigator.workspace import npz
@@ -48,6 +49,9 @@ def _run_planned(ctx: RunContext, planned) -> None:
     st = ctx.status
     ref = ctx.config.reference
     if not ref or ref == ctx.source.key:
+        if ctx.jobs > 1 and len(planned) > 2:
+            run_parallel(ctx, planned, run_item)
+            return
         for item in planned:
             run_item(ctx, item)
         return

@@ -124,3 +124,29 @@ def test_batch_of_tiles_and_cuts():
     assert batch_of(SAMPLE, 0, 2)["x"].tolist() == [[0, 1], [2, 3]]
     along1 = batch_of({"m": np.array([[1, 2, 3]])}, 1, 4)
     assert along1["m"].tolist() == [[1, 2, 3, 1]]
+
+
+def test_screening_stops_doubling_when_the_gain_is_within_the_spread(clock):
+    """stop_within_spread: batch 4 is 7% ahead of batch 2 (the 5% rule goes on) but within its
+    windows' 9% spread (the second of every 3 windows is 9% slower), so screening stops there."""
+    rate = {1: 1000.0, 2: 1333.0, 4: 1333.0 * 1.07, 8: 1333.0 * 1.07 * 1.02}
+
+    def cost(b):
+        slow = 1.09 if (len(clock.calls) - 1) % 30 // 10 == 1 else 1.0
+        return b / rate[b] * slow
+
+    settings = ProfileSettings(max_batch_size=8, window_s=0.0, window_min_iters=10, max_windows=3, warmup_iters=0)
+    full = sweep(infer_with(clock, cost), SAMPLE, 0, settings)
+    clock.calls.clear()
+    settings.stop_within_spread = True
+    short = sweep(infer_with(clock, cost), SAMPLE, 0, settings)
+    assert [r["batch_size"] for r in full.results] == [1, 2, 4, 8]
+    assert [r["batch_size"] for r in short.results] == [1, 2, 4]
+    assert short.results[-1]["spread"] == pytest.approx(0.085, abs=0.003)
+
+
+def test_max_windows_bounds_a_screening_measurement(clock):
+    settings = ProfileSettings(max_windows=3, window_s=0.0, window_min_iters=5, warmup_iters=1)
+    steps = iter([0.001, 0.002] * 100)
+    out = sweep(infer_with(clock, lambda b: next(steps)), SAMPLE, None, settings)
+    assert len(clock.calls) == 1 + 3 * 5 and out.stable is False

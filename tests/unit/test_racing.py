@@ -173,3 +173,17 @@ def test_a_budget_that_ends_the_race_says_so():
 def test_a_lone_contender_needs_no_race():
     result = race(_entrants(("a", 100.0, 0.2)), lambda e: pytest.fail("no window needed"), budget_s=1.0)
     assert result.settled and result.leader == "a" and result.rounds == 0
+
+
+# --------------------------------------------------------------------------- parallel jobs
+def test_job_count():
+    from navigator.pipeline.schedule import GIB, job_count
+
+    auto = dict(explicit_memory_gb=None, size_bytes=10 << 20, no_race=False)
+    assert job_count(None, **auto, cpu_count=8, memory_bytes=64 * GIB) == 8
+    assert job_count(None, **auto, cpu_count=8, memory_bytes=4 * GIB) == 1            # 2 GiB floor per job
+    big = auto | {"size_bytes": 2 * GIB}                                                 # 12 GiB per job
+    assert job_count(None, **big, cpu_count=8, memory_bytes=64 * GIB) == 4
+    assert job_count(None, **(auto | {"explicit_memory_gb": 16.0}), cpu_count=8, memory_bytes=64 * GIB) == 3
+    assert job_count(3, **auto, cpu_count=1, memory_bytes=GIB) == 3                    # --jobs wins
+    assert job_count(4, **(auto | {"no_race": True}), cpu_count=8, memory_bytes=64 * GIB) == 1
