@@ -42,6 +42,7 @@ class ProfileSpec(Record):
     batch_dim: int | None = None
     settings: dict = field(default_factory=dict)            # navigator.execution.profiling.ProfileSettings
     race: bool = False   # measured in the race job (navigator.execution.race_job), not in the format's worker
+    screen: bool = False  # the run's only (format, runner): screened in its own worker, nothing to race
 
 
 @dataclass

@@ -32,7 +32,7 @@ from navigator.execution.jobs import Event, Job, RunnerTask, Task
 log = logging.getLogger("navigator.worker")
 
 SCREEN = {"window_s": 0.05, "window_min_iters": 5, "warmup_iters": 2, "max_windows": 3, "stop_within_spread": True}
-SCREEN_BUDGET_S = 5.0
+SCREEN_BUDGET_S = 5.0     # stages.run_profile screens a run's only (format, runner) with the same
 RACE_MAX_ROUNDS = 30
 KEEP_LOADED_BYTES = 1 << 30
 

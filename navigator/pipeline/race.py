@@ -35,6 +35,11 @@ def defer_profile(ctx: RunContext, item, task: Task) -> Task:
     """``task`` without its profile step when the race measures it; its runners are noted."""
     if task.kind != "format" or task.profile is None or not task.profile.race or not task.runners:
         return task
+    pairs = sum(len(fs.runners) for fs in ctx.status.formats.values())
+    if pairs == 1 and len(task.runners) == 1:   # nothing to race: screened in its own worker, no other start
+        task = Task.from_dict(task.to_dict())
+        task.profile.race, task.profile.screen = False, True
+        return task
     queue_for_race(ctx, item, [r.key for r in task.runners])
     task = Task.from_dict(task.to_dict())
     task.profile = None

@@ -44,3 +44,10 @@ def test_no_race_sweeps_each_format_in_its_own_worker(tmp_path, onnx_model):
     for fs in result.status.formats.values():
         for rs in fs.runners.values():
             assert rs.profile.status == "ok" and rs.profile.phase is None
+
+
+def test_a_lone_runner_is_screened_in_its_own_worker(tmp_path, onnx_model):
+    result = navigator.convert(onnx_model("foldable_mlp"), workdir=tmp_path, targets=["onnx"], **FAST)
+    assert result.ok and result.timings["process_starts"] == 1      # no race worker: nothing to race
+    profile = result.status.formats["onnx"].runners["onnxruntime-cpu"].profile
+    assert profile.status == "ok" and profile.phase == "screening" and result.best.runner_up is None
