@@ -54,6 +54,11 @@ class Reporter:
         if self.mode == "rich":
             self._print(f"   … {key} {stage}" + (f" [{runner}]" if runner else ""), "dim")
 
+    def progress(self, key: str, stage: str, runner: str | None, elapsed_s: float) -> None:
+        """A step still running (navigator.pipeline.progress): its elapsed time."""
+        self._print(f"   … {key} {stage}" + (f" [{runner}]" if runner else "") + f": running for {elapsed_s:.0f} s",
+                    "dim")
+
     def step_end(self, key: str, stage: str, runner: str | None, result: dict) -> None:
         status = result.get("status", "ok")
         line = f"{self._icon(status)} {key} {stage}" + (f" [{runner}]" if runner else "")

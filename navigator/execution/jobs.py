@@ -131,6 +131,9 @@ class Job(Record):
     # In-process jobs only (never serialized): the live source object, handed to the
     # runners and converters that need it (navigator.sources.torch_support.LiveModule).
     live: Any = field(default=None, repr=False, compare=False, metadata={"transient": True})
+    # In-process jobs only: a context manager held around each profile stage, so no worker runs
+    # beside a measurement made in this process (navigator.pipeline.context.RunContext.measure_gate).
+    measure_gate: Any = field(default=None, repr=False, compare=False, metadata={"transient": True})
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, default=str)

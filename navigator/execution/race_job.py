@@ -1,9 +1,10 @@
 """The race job: one worker that profiles every verified (format, runner) of the run, alone
 on the machine (the parent starts it after every conversion and verification ended).
 
-1. **Screening.** Each runner is loaded and swept briefly (:data:`SCREEN`: three short
+1. **Screening.** Each runner is loaded and swept briefly (:data:`SCREEN`: 3 to 5
    windows per batch size; the doubling stops when a larger batch is not ahead by more
-   than the windows' spread). Its profile is reported at once with ``phase: screening``.
+   than the windows' spread, or, while they are too noisy to tell, not ahead at all). Its
+   profile is reported at once with ``phase: screening``.
 2. **Contenders.** The leader and every runner not separated from it
    (:func:`navigator.execution.racing.contenders`).
 3. **The race.** The contenders' windows at their screening peaks are measured in turn,
@@ -31,8 +32,12 @@ from navigator.execution.jobs import Event, Job, RunnerTask, Task
 
 log = logging.getLogger("navigator.worker")
 
-SCREEN = {"window_s": 0.05, "window_min_iters": 5, "warmup_iters": 2, "max_windows": 3, "stop_within_spread": True}
-SCREEN_BUDGET_S = 5.0     # stages.run_profile screens a run's only (format, runner) with the same
+# Fewer windows than a full sweep's 10, of the same length (shorter ones were all noise on a loaded
+# 2-core machine): still until the last 3 agree, since a JIT (TorchScript's profiling executor)
+# stalls for ~0.1 s again some inferences after each new shape. The doubling stops at a gain within
+# the windows' spread, and, while they are too noisy to tell, at a batch size not ahead at all.
+SCREEN = {"window_s": 0.1, "window_min_iters": 10, "warmup_iters": 3, "max_windows": 5, "stop_within_spread": True}
+SCREEN_BUDGET_S = 10.0    # stages.run_profile screens a run's only (format, runner) with the same
 RACE_MAX_ROUNDS = 30
 KEEP_LOADED_BYTES = 1 << 30
 

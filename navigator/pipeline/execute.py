@@ -10,7 +10,7 @@ import time
 from navigator import deps, formats
 from navigator.errors import UserInputError
 from navigator.execution.jobs import RunnerTask, Task
-from navigator.pipeline import resume
+from navigator.pipeline import progress, resume
 from navigator.pipeline.context import RunContext
 from navigator.pipeline.diskfull import WorkspaceFull, says_disk_full
 from navigator.pipeline.dispatch import run_job, run_job_in_process
@@ -41,8 +41,13 @@ def run_formats(ctx: RunContext, planned) -> None:
                                                 profile=ProfileStep(reason="pending"))
         st.formats[item.key] = fs
     ctx.save()
-    _run_planned(ctx, planned)
-    run_race(ctx)   # every profile still to measure, alone, once every format is verified
+    with progress.Heartbeat(ctx):   # a line with the elapsed time for every step running long
+        start = time.perf_counter()
+        _run_planned(ctx, planned)
+        ctx.timings["formats_s"] = time.perf_counter() - start
+        start = time.perf_counter()
+        run_race(ctx)   # every profile still to measure, alone, once every format is verified
+        ctx.timings["race_s"] = time.perf_counter() - start
 
 
 def _run_planned(ctx: RunContext, planned) -> None:
@@ -169,6 +174,8 @@ def run_item(ctx: RunContext, item, *, convert: bool = True, verify: bool = True
     own_reference = ctx.config.reference in (None, ctx.source.key) and not reference_kept
     if item.converter is None and ctx.source.reference_runner and own_reference:
         tasks.insert(0, reference_task(ctx, fs.path, ctx.source.reference_runner))
+    elif item.converter is None and ctx.reference_ready is not None and ctx.ws.reference_files():
+        ctx.reference_ready.set()   # computed already (a torch source, a kept one): its children may start
     run_tasks(ctx, item, tasks)
     if item.converter is None and verify and not ctx.ws.reference_files():
         raise_reference_failed(ctx)
@@ -220,6 +227,7 @@ def raise_reference_failed(ctx: RunContext) -> None:
 def export_source(ctx: RunContext, item, fs: FormatStatus) -> None:
     start = time.perf_counter()
     ctx.reporter.step_start(item.key, "export", None)
+    progress.opened(ctx, item.key, "export", None)
     try:
         info = ctx.source.export(ctx.ws, ctx.ws.abs(fs.path)) or {}
         fs.convert = ConvertStep(status="ok", duration_s=round(time.perf_counter() - start, 4),
@@ -230,6 +238,7 @@ def export_source(ctx: RunContext, item, fs: FormatStatus) -> None:
         log.exception("export failed")
         fs.convert = ConvertStep(status="failed", reason=f"{type(e).__name__}: {e}",
                                  duration_s=round(time.perf_counter() - start, 4))
+    progress.closed(ctx, item.key, "export", None)
     ctx.reporter.step_end(item.key, "export", None, fs.convert.to_dict())
     if fs.convert.status == "failed" and says_disk_full(fs.convert.reason):
         raise WorkspaceFull(ctx.ws, f"{item.key} export: {fs.convert.reason[:200]}")

@@ -14,6 +14,7 @@ import os
 import time
 
 from navigator.execution.jobs import Job, Task
+from navigator.pipeline import progress
 from navigator.pipeline.context import RunContext
 from navigator.pipeline.events import apply_event, explain_skips, with_tail
 
@@ -108,8 +109,10 @@ def run_race(ctx: RunContext) -> None:
 def _apply(ctx: RunContext, event) -> None:
     if event.stage == "race":   # the race itself: on the console, not a step of any format
         if event.event == "start":
+            progress.opened(ctx, "contenders", "race", None)
             ctx.reporter.step_start("contenders", "race", None)
         else:
+            progress.closed(ctx, "contenders", "race", None)
             result = dict(event.result)
             if result.get("status") == "ok":
                 n = len(result.get("contenders") or [])

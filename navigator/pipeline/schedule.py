@@ -4,6 +4,12 @@ computes the reference outputs every other format is verified against). Profilin
 runs beside them: the race worker starts after the last one ended
 (:mod:`navigator.pipeline.race`).
 
+Jobs run in the calling process (a live module's: its export, and conversions that need the
+live object) run one at a time (``RunContext.in_process``): torch's tracing state (FX, dynamo,
+torch.jit) is global to a process, and a torch.export beside a torch.compile breaks the
+compile. A profile measured in the calling process waits until no worker runs and holds new
+ones back meanwhile (``RunContext.measure_gate``).
+
 Each format keeps its own worker with its timeout and its memory limit
 (``--worker-memory-gb``), so crash isolation is unchanged. The parent watches each worker
 from a thread of its own; every change of the run's record -- applying a worker's events,
@@ -76,26 +82,45 @@ def job_count(requested: int | None, *, explicit_memory_gb: float | None, size_b
 
 def run_parallel(ctx: RunContext, planned, run_item) -> None:
     """``run_item(ctx, item)`` for every planned format, up to ``ctx.jobs`` at once, parents
-    first (module docstring). Returns when all ended; re-raises the first error after
-    stopping the others."""
+    first (module docstring). The source's children start as soon as the reference outputs are
+    stored: the source's own verification (a torch.compile compile) overlaps their conversion.
+    Returns when all ended; re-raises the first error after stopping the others."""
     ctx.lock, ctx.cancel = threading.Lock(), threading.Event()
+    ctx.reference_ready, ctx.gate, ctx.in_process = threading.Event(), threading.Condition(), threading.Lock()
     done: set[str] = set()
     pending = list(planned)
-    first = pending.pop(0) if pending else None
+    source = pending[0].key if pending else None
 
-    def one(item) -> str:
+    def one(item, **how) -> str:
         with ctx.lock:
-            run_item(ctx, item)
+            run_item(ctx, item, **how)
         return item.key
+
+    # A live source (a module of this process): its export first, then its children's conversions
+    # (in this process too: they trace the module), and its own verification (a torch.compile
+    # compile) once they are converted -- beside its children's verification in workers.
+    live_source = pending[0] if pending and ctx.is_live and pending[0].converter is None else None
+    children = [p for p in pending if live_source is not None and p.parent == live_source.key]
+
+    def ready(item) -> bool:
+        if item.parent in done or item.parent is None and source in done:
+            return True
+        return item.parent == source and ctx.reference_ready.is_set()
 
     try:
         with ThreadPoolExecutor(max_workers=ctx.jobs, thread_name_prefix="navigator-format") as pool:
-            if first is not None:     # the source's job alone: the reference comes from it
-                _wait_all(ctx, pool, {pool.submit(one, first)}, done)
-            running: set = set()
-            while pending or running:
-                ready = [p for p in pending if p.parent is None or p.parent in done]
-                for item in ready[:max(0, ctx.jobs - len(running))]:
+            if live_source is not None:
+                pending.pop(0)
+                finished, _ = wait({pool.submit(one, live_source, verify=False)})
+                done.update(f.result() for f in finished)
+                running = set()
+            else:
+                running = {pool.submit(one, pending.pop(0))} if pending else set()
+            while pending or running or live_source is not None:
+                if live_source is not None and all(c.key in done or c.key in ctx.converted for c in children):
+                    running.add(pool.submit(one, live_source, convert=False))
+                    live_source = None
+                for item in [p for p in pending if ready(p)][:max(0, ctx.jobs - len(running))]:
                     pending.remove(item)
                     running.add(pool.submit(one, item))
                 if not running:   # a parent that was never planned: run the rest in order
@@ -103,13 +128,14 @@ def run_parallel(ctx: RunContext, planned, run_item) -> None:
                 finished, running = _wait_some(ctx, running)
                 done.update(f.result() for f in finished)
     finally:
-        ctx.lock = ctx.cancel = None
+        ctx.lock = ctx.cancel = ctx.reference_ready = ctx.gate = ctx.in_process = None
 
 
 def _wait_some(ctx: RunContext, futures: set):
-    """Wait for at least one of ``futures``; on an error or Ctrl-C stop every worker and re-raise."""
+    """Wait a moment for any of ``futures`` (the reference may become ready meanwhile); on an
+    error or Ctrl-C stop every worker and re-raise."""
     try:
-        finished, rest = wait(futures, return_when=FIRST_COMPLETED)
+        finished, rest = wait(futures, timeout=0.1, return_when=FIRST_COMPLETED)
         for f in finished:
             if f.exception() is not None:
                 raise f.exception()
@@ -118,9 +144,3 @@ def _wait_some(ctx: RunContext, futures: set):
         ctx.cancel.set()
         wait(futures)
         raise
-
-
-def _wait_all(ctx: RunContext, pool, futures: set, done: set) -> None:
-    while futures:
-        finished, futures = _wait_some(ctx, futures)
-        done.update(f.result() for f in finished)

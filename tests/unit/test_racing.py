@@ -187,3 +187,24 @@ def test_job_count():
     assert job_count(None, **(auto | {"explicit_memory_gb": 16.0}), cpu_count=8, memory_bytes=64 * GIB) == 3
     assert job_count(3, **auto, cpu_count=1, memory_bytes=GIB) == 3                    # --jobs wins
     assert job_count(4, **(auto | {"no_race": True}), cpu_count=8, memory_bytes=64 * GIB) == 1
+
+
+# --------------------------------------------------------------------------- progress
+def test_a_long_step_reports_its_elapsed_time():
+    """A step opened 100 s ago gets a progress line with its elapsed time; a fresh one does not."""
+    import time
+    from types import SimpleNamespace
+
+    from navigator.pipeline.progress import Heartbeat
+
+    lines = []
+    reporter = SimpleNamespace(progress=lambda key, stage, runner, s: lines.append((key, stage, runner, round(s))))
+    now = time.monotonic()
+    ctx = SimpleNamespace(reporter=reporter, open_steps={("torch", "verify", "torch_compile-cpu"): now - 100.0,
+                                                         ("onnx", "convert", None): now})
+    with Heartbeat(ctx, every_s=15.0, tick_s=0.01):
+        deadline = time.monotonic() + 5.0
+        while not lines and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert lines and lines[0][:3] == ("torch", "verify", "torch_compile-cpu") and lines[0][3] >= 100
+    assert all(line[0] == "torch" for line in lines)
