@@ -395,7 +395,7 @@ def cell(fmt: dict) -> str:
     marks = []
     for rn, r in fmt["runners"].items():
         v = r["verify"]["status"]
-        marks.append({"ok": "ok", "failed": "**V✗**", "skipped": "skip"}.get(v, str(v)))
+        marks.append({"ok": "ok", "failed": "**V✗**", "inconclusive": "**V?**", "skipped": "skip"}.get(v, str(v)))
     return "/".join(marks) if marks else "ok(no runner)"
 
 
@@ -418,7 +418,7 @@ def failures_of(rec: dict) -> list[dict]:
             out.append({"model": rec["model"], "key": key, "runner": "-", "stage": "graph",
                         "reason": f"convert ok but the graph has op(s) outside the ONNX standard: {f['invalid_ops']}"})
         for rn, r in f["runners"].items():
-            if r["verify"]["status"] == "failed":
+            if r["verify"]["status"] in ("failed", "inconclusive"):
                 worst = []
                 for o, c in r["verify"]["outputs"].items():
                     if c.get("passed") is False:
@@ -478,7 +478,8 @@ def write_report(records: list[dict], serve: list[dict], meta: dict, path: Path,
     add("Each model: `navigator.convert(zoo_models.py:factory | keras model | file.onnx, samples, "
         "targets=<family defaults + openvino>, target_precisions=fp32,fp16,int8, profile_budget_s=3)`; "
         "results read from the workspace's status.yaml and npz files. Cells: one mark per runner "
-        "(`ok` verified, `V✗` verification failed, `skip`), `C✗` conversion failed. Format keys that no "
+        "(`ok` verified, `V✗` verification failed, `V?` inconclusive: no wrong answer could have been "
+        "rejected on that data, `skip`), `C✗` conversion failed. Format keys that no "
         "converter makes on a CPU (torch-fp16, torchscript-int8, …) are left out.\n")
     if notes and notes.exists():
         add(notes.read_text())
@@ -531,7 +532,7 @@ def write_report(records: list[dict], serve: list[dict], meta: dict, path: Path,
                 e["convert_ok"] += 1
                 conv_ok += 1
                 for rn, rr in f["runners"].items():
-                    if rr["verify"]["status"] in ("ok", "failed"):
+                    if rr["verify"]["status"] in ("ok", "failed", "inconclusive"):
                         e["verify"] += 1
                         ver_all += 1
                         if rr["verify"]["status"] == "ok":

@@ -106,17 +106,48 @@ class Converter:
 
     @classmethod
     def params_from_dict(cls, data: dict | None):
+        """The ``Params`` of this edge from a mapping: unknown names and values of another type than
+        the field's are one error line, before any work (a YAML typo must not reach a converter)."""
         data = dict(data or {})
-        known = {f.name for f in dataclasses.fields(cls.Params)}
-        unknown = sorted(set(data) - known)
+        fields = {f.name: f for f in dataclasses.fields(cls.Params)}
+        unknown = sorted(set(data) - set(fields))
         if unknown:
             raise UserInputError(f"converter {cls.name}: unknown parameter(s) {', '.join(unknown)}; "
-                                 f"valid: {', '.join(sorted(known)) or 'none'}")
-        return cls.Params(**data)
+                                 f"valid: {', '.join(sorted(fields)) or 'none'}")
+        for name, value in data.items():
+            _check_param(cls.name, name, value, fields[name].type)
+        try:
+            return cls.Params(**data)
+        except (TypeError, ValueError) as e:
+            raise UserInputError(f"converter {cls.name}: {e}") from None
 
     @classmethod
     def import_path(cls) -> str:
         return f"{cls.__module__}:{cls.__qualname__}"
+
+
+_PARAM_TYPES = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,), "tuple": (list, tuple),
+                "list": (list, tuple), "dict": (dict,)}
+PARAM_MAX_CHARS = 1 << 16    # a parameter's value, as JSON: they are flags and short lists
+
+
+def _check_param(converter: str, name: str, value: Any, annotation: Any) -> None:
+    """``value`` fits the field's annotation (``bool``, ``int | None``, ``tuple`` …; a type
+    written otherwise is not checked here)."""
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    options = [t.strip() for t in text.split("|")]
+    if value is None:
+        if "None" in options:
+            return
+        raise UserInputError(f"converter {converter}: parameter {name} may not be null")
+    kinds = [k for t in options if t != "None" for k in _PARAM_TYPES.get(t.split("[")[0], (None,))]
+    if None in kinds:
+        return
+    if isinstance(value, bool) and bool not in kinds or not isinstance(value, tuple(kinds)):
+        raise UserInputError(f"converter {converter}: parameter {name} must be {' or '.join(options)}, got "
+                             f"{type(value).__name__} ({str(value)[:60]!r})")
+    if len(json.dumps(value, default=str)) > PARAM_MAX_CHARS:
+        raise UserInputError(f"converter {converter}: parameter {name} is larger than {PARAM_MAX_CHARS} characters")
 
 
 def context_from_workspace(workspace: str | os.PathLike, source: str, output: str, params: Any,

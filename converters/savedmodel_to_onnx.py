@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from dataclasses import dataclass
 
 from navigator.converters.base import Converter, ConvertContext, ConvertOutcome, main
@@ -61,7 +60,9 @@ class SavedModelToOnnx(Converter):
         p: SavedModelOnnxParams = ctx.params
         if not 7 <= p.opset <= MAX_OPSET:
             raise ValueError(f"opset {p.opset} is outside what tf2onnx supports (7..{MAX_OPSET})")
-        cmd = [sys.executable, "-m", "tf2onnx.convert", "--saved-model", str(ctx.source), "--signature_def",
+        from navigator.execution.isolation import python_command
+
+        cmd = [*python_command("-m", "tf2onnx.convert"), "--saved-model", str(ctx.source), "--signature_def",
                p.signature, "--opset", str(p.opset), "--output", str(ctx.output)]
         ctx.log.info("%s", " ".join(cmd))
         proc = subprocess.run(cmd, capture_output=True, text=True)

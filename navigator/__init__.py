@@ -21,11 +21,13 @@ logging.getLogger("navigator").addHandler(logging.NullHandler())
 if TYPE_CHECKING:  # pragma: no cover
     from navigator.api import Result, convert
     from navigator.config import NavigatorConfig
+    from navigator.many import convert_many
 
-__all__ = ["__version__", "convert", "load", "Result", "NavigatorConfig", "errors"]
+__all__ = ["__version__", "convert", "convert_many", "load", "Result", "NavigatorConfig", "errors"]
 
 _LAZY = {
     "convert": ("navigator.api", "convert"),
+    "convert_many": ("navigator.many", "convert_many"),
     "load": ("navigator.api", "load"),
     "Result": ("navigator.api", "Result"),
     "NavigatorConfig": ("navigator.config", "NavigatorConfig"),

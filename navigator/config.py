@@ -9,6 +9,7 @@ and ``navigator.convert(**options)`` accept the same keys and values.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,6 +137,10 @@ class NavigatorConfig:
 
 _NESTED_TUPLES = ()     # tuple fields whose items are tuples too (none: shapes are dicts of lists)
 _FIELDS = {f.name: f for f in dataclasses.fields(NavigatorConfig)}
+# option -> (largest value, why)
+LIMITS = {"max_batch_size": (2**31 - 1, "Triton's max_batch_size is a 32-bit integer"),
+          "sample_count": (10_000, "samples are stored and run on every format: give a folder of a few batches"),
+          "batch_dim": (63, "no tensor has that many dims")}
 # spellings accepted besides the field names
 _ALIASES = {"target_formats": "targets", "config_path": None, "verbose": None, "quiet": None}
 # Keys of the shape family: each a string, a mapping, or a list of those (one per profile)
@@ -363,16 +368,19 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
             _check_type(key, value, int)
             if key != "seed" and value < (0 if key == "batch_dim" else 1):
                 raise UserInputError(f"{key}: must be {'>= 0' if key == 'batch_dim' else '>= 1'}, got {value}")
+            if key in LIMITS and value > LIMITS[key][0]:
+                raise UserInputError(f"{key}: {value} is more than {LIMITS[key][0]} ({LIMITS[key][1]})")
             changes[key] = value
         elif key in ("timeout", "profile_budget_s"):
             _check_type(key, value, (int, float))
-            if value <= 0:
-                raise UserInputError(f"{key}: must be > 0 seconds, got {value}")
+            if not math.isfinite(value) or value <= 0:
+                raise UserInputError(f"{key}: must be a finite number > 0 of seconds, got {value}")
             changes[key] = float(value)
         elif key == "worker_memory_gb":
             _check_type(key, value, (int, float))
-            if value < 0:
-                raise UserInputError(f"worker_memory_gb: must be >= 0 GiB (0: no limit), got {value}")
+            if not math.isfinite(value) or value < 0:
+                raise UserInputError(f"worker_memory_gb: must be a finite number >= 0 of GiB (0: no limit), got "
+                                     f"{value}")
             changes[key] = float(value)
         elif key in ("no_batching", "no_profile", "allow_failures", "force", "allow_nan", "trt_version_compatible",
                      "no_race"):
@@ -395,13 +403,43 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
     return result
 
 
-def read_yaml(path: str | os.PathLike, source: str):
-    """A YAML file's content, every way of failing to read it one line naming ``source``."""
+YAML_MAX_BYTES = 1 << 20     # option and policy files are small; a larger one is refused, not parsed
+
+
+def _no_alias_loader():
+    import yaml
+
+    class NoAliases(yaml.SafeLoader):
+        """safe_load without aliases: ``*name`` references let a few hundred bytes expand into
+        gigabytes (the "billion laughs"); options never need them."""
+
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise yaml.YAMLError(f"YAML aliases (*{event.anchor}) are not accepted in option files "
+                                     f"(line {event.start_mark.line + 1}); write the value out")
+            return super().compose_node(parent, index)
+
+    return NoAliases
+
+
+def read_yaml(path: str | os.PathLike, source: str, *, aliases: bool = False):
+    """A YAML file's content, every way of failing to read it one line naming ``source``. Aliases
+    (unless ``aliases``), files over 1 MiB and nesting deeper than Python's recursion limit are refused."""
     import yaml
 
     p = Path(path)
     try:
-        return yaml.safe_load(p.read_text(encoding="utf-8"))
+        if p.is_file() and p.stat().st_size > YAML_MAX_BYTES:
+            raise UserInputError(f"{source}: {p.stat().st_size} bytes, larger than the {YAML_MAX_BYTES} an option "
+                                 "file may have")
+        loader = (yaml.SafeLoader if aliases else _no_alias_loader())(p.read_text(encoding="utf-8"))
+        try:          # what yaml.safe_load does, with the loader chosen here (a SafeLoader subclass)
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
+    except RecursionError:
+        raise UserInputError(f"{source}: nested too deeply to read") from None
     except FileNotFoundError:
         raise UserInputError(f"{source}: no such file") from None
     except IsADirectoryError:

@@ -31,10 +31,36 @@ class Reporter:
     def _print(self, text: str, style: str | None = None) -> None:
         if self.mode == "quiet":
             return
+        try:
+            try:
+                self._write(text, style)
+            except UnicodeEncodeError:   # a path that is not valid UTF-8 (surrogate escapes) or an ASCII terminal
+                enc = getattr(self.stream, "encoding", None) or "utf-8"
+                self._write(text.encode(enc, "backslashreplace").decode(enc), style)
+        except BrokenPipeError:
+            self._reader_gone()
+
+    def _write(self, text: str, style: str | None) -> None:
         if self._console is not None:
             self._console.print(text, style=style, markup=False)
         else:
             print(text, file=self.stream, flush=True)
+
+    def _reader_gone(self) -> None:
+        """The reader closed the pipe (``navigator convert … | head -1``): the run goes on silently
+        (status.yaml and navigator.log still get everything) instead of dying half-way; the stream's
+        descriptor is pointed at /dev/null so the interpreter's own flush at exit is quiet too."""
+        import os
+
+        self.mode = "quiet"
+        self._console = None
+        try:
+            fd = self.stream.fileno()
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, fd)
+            os.close(devnull)
+        except (AttributeError, OSError, ValueError):
+            pass
 
     def _icon(self, status: str) -> str:
         return (ICONS if self.mode == "rich" else PLAIN).get(status, status)
@@ -71,25 +97,33 @@ class Reporter:
             line += f": {peak['throughput']:.1f}/s at batch {peak['batch_size']}"
         self._print(line, {"ok": None, "failed": "red", "skipped": "yellow", "inconclusive": "yellow"}.get(status))
 
-    def summary(self, status, *, exit_code: int, failures: list[str], timings: dict | None = None) -> None:
+    def table(self, title: str, headers: list[str], rows: list[list[str]]) -> None:
+        """A table: rich on a TTY, aligned plain columns otherwise (the title only there)."""
         if self.mode == "quiet":
             return
-        rows = summary_rows(status)
-        headers = ["format", "runner", "convert", "verify", "profile", "best throughput"]
         if self._console is not None:
             from rich.table import Table
 
-            table = Table(title=f"{status.model.name}: {status.state}")
+            table = Table(title=title)
             for h in headers:
                 table.add_column(h)
             for row in rows:
                 table.add_row(*row)
-            self._console.print(table)
-        else:
-            widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-            self._print("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
-            for row in rows:
-                self._print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+            try:
+                self._console.print(table)
+            except BrokenPipeError:
+                self._reader_gone()
+            return
+        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+        self._print("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
+        for row in rows:
+            self._print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+
+    def summary(self, status, *, exit_code: int, failures: list[str], timings: dict | None = None) -> None:
+        if self.mode == "quiet":
+            return
+        self.table(f"{status.model.name}: {status.state}",
+                   ["format", "runner", "convert", "verify", "profile", "best throughput"], summary_rows(status))
         if status.best:
             b = status.best
             self._print(best_line(b), None if b.note is None else "yellow")

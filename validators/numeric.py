@@ -275,10 +275,14 @@ def _polygraphy_compare(name: str, out, ref, rule: OutputRule, error_stat: str) 
 
 
 def compare_outputs(outputs: dict, reference: dict, accumulators: dict[str, Accumulator], *, allow_nan: bool,
-                    error_stat: str, where: str = "", candidates: dict | None = None) -> None:
+                    error_stat: str, where: str = "", candidates: dict | None = None,
+                    names: set[str] | None = None) -> None:
     """Compare one inference's outputs with the reference, into ``accumulators``; ``candidates``:
-    per output, the wrong answers of :func:`navigator.validators.controls.candidates`."""
+    per output, the wrong answers of :func:`navigator.validators.controls.candidates`; ``names``:
+    only these outputs (the others have no counterpart in this comparison)."""
     for name, acc in accumulators.items():
+        if names is not None and name not in names:
+            continue
         if name not in outputs:
             acc.fail(f"output missing from the format's results{where}")
             continue

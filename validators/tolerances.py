@@ -29,8 +29,10 @@ import dataclasses
 from dataclasses import dataclass
 
 # precision -> (atol as a factor of the output's scale, rtol, mismatch fraction allowed for integer outputs)
+# fp32: the deepest clean zoo models reach 9.1e-5 of their scale (keras ResNet50 through OpenVINO,
+# 6.7e-5 through onnxruntime); 3e-4 keeps a 3x margin and still rejects every negative control.
 TABLE: dict[str, tuple[float, float, float]] = {
-    "fp32": (1e-4, 1e-4, 0.0),
+    "fp32": (3e-4, 1e-4, 0.0),
     "tf32": (1e-3, 1e-3, 0.001),
     "fp16": (1e-2, 1e-2, 0.01),
     "bf16": (5e-2, 5e-2, 0.02),

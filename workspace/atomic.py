@@ -64,8 +64,10 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
-    with atomic_open(path, "w") as f:
-        f.write(text)
+    """UTF-8; a path that is not valid UTF-8 (held as surrogate escapes, PEP 383) is written back
+    as its original bytes, so a reproduce script names the very file."""
+    with atomic_open(path, "wb") as f:
+        f.write(text.encode("utf-8", "surrogateescape"))
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> None:

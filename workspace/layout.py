@@ -38,6 +38,18 @@ def sanitize_model_name(name: str) -> str:
     return text
 
 
+def check_utf8(path: Path, option: str) -> Path:
+    """``path`` itself, when it is valid UTF-8: onnx and onnxruntime open files by UTF-8 names only,
+    so a workspace under any other name could never be verified (found before anything is written)."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+        raise UserInputError(f"{option} {shown}: the path is not valid UTF-8, and onnx/onnxruntime open files by "
+                             "UTF-8 names only; choose a folder with a UTF-8 name") from None
+    return path
+
+
 @dataclass(frozen=True)
 class Workspace:
     """Paths inside one workspace. Creating the object writes nothing."""
@@ -50,7 +62,7 @@ class Workspace:
 
     @classmethod
     def for_model(cls, workdir: str | os.PathLike, model_name: str) -> "Workspace":
-        workdir = Path(workdir).resolve()
+        workdir = check_utf8(Path(workdir).resolve(), "--workdir")
         root = (workdir / f"{sanitize_model_name(model_name)}{SUFFIX}").resolve()
         if root.parent != workdir:  # only through a symlink named like the workspace
             raise UserInputError(f"model name {model_name!r} would write outside {workdir}")
@@ -72,6 +84,17 @@ class Workspace:
                 names = ", ".join(c.name for c in found)
                 raise UserInputError(f"{p} holds {len(found)} workspaces ({names}); name one of them")
         raise UserInputError(f"{p}: not a Navigator workspace (no status.yaml) nor a workdir holding one")
+
+    @classmethod
+    def find_all(cls, path: str | os.PathLike) -> list["Workspace"]:
+        """Every workspace ``path`` names: itself when it is one, else each workspace with a
+        status.yaml in that workdir, by name (none: the error :meth:`find` gives)."""
+        p = Path(path)
+        if p.is_dir() and not (p / "status.yaml").is_file():
+            found = sorted(c for c in p.iterdir() if c.name.endswith(SUFFIX) and (c / "status.yaml").is_file())
+            if found:
+                return [cls(c.resolve()) for c in found]
+        return [cls.find(p)]
 
     @property
     def name(self) -> str:
@@ -120,6 +143,11 @@ class Workspace:
         return self.root / ".serving.partial"
 
     @property
+    def placement_path(self) -> Path:
+        """``placement.yaml``: where each step ran and every attempt (``navigator convert-many``)."""
+        return self.root / "placement.yaml"
+
+    @property
     def gate_report(self) -> Path:
         return self.report_dir / "gate.json"
 
@@ -162,6 +190,20 @@ class Workspace:
     def race_log(self) -> Path:
         """stdout/stderr of the race worker, which profiles every format (navigator.execution.race_job)."""
         return self.jobs_dir / "race.log"
+
+    def stale_partial_files(self) -> list[Path]:
+        """Files that a writer killed mid-write left behind: the hidden temp files of atomic writes
+        (``.<name>.<random>.tmp``, navigator.workspace.atomic) and copies in progress (``<name>.part``),
+        in the workspace's own folder and below formats/ and samples/. Garbage whenever no run holds
+        the workspace lock (a worker stopped by Ctrl-C or SIGKILL gets no chance to remove them)."""
+        def partial(p: Path) -> bool:
+            return p.is_file() and (p.name.startswith(".") and p.name.endswith(".tmp") or p.name.endswith(".part"))
+
+        found = [p for p in self.root.glob("*") if partial(p)] if self.root.is_dir() else []
+        for folder in (self.formats_dir, self.samples_dir):
+            if folder.is_dir():
+                found += [p for p in folder.rglob("*") if partial(p)]
+        return sorted(found)
 
     def job_file(self, name: str) -> Path:
         return self.jobs_dir / f"{name}.json"

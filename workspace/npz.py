@@ -38,6 +38,35 @@ def save(path: str | os.PathLike, tensors: dict) -> None:
     write_bytes(path, buf.getvalue())
 
 
+def _check_headers(path: Path) -> None:
+    """Each member's .npy header against the bytes the member holds: a header claiming a shape of
+    2**38 x 8 must be one error line, not a 2 TiB allocation."""
+    import numpy as np
+
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                if not info.filename.endswith(".npy"):
+                    continue
+                with zf.open(info) as member:
+                    version = np.lib.format.read_magic(member)
+                    reader = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                              else np.lib.format.read_array_header_2_0)
+                    shape, _, dtype = reader(member, max_header_size=10000)
+                    if dtype.hasobject:
+                        continue   # np.load refuses it with its own message (pickle)
+                    need = dtype.itemsize
+                    for d in shape:
+                        need *= int(d)
+                    if need > info.file_size:
+                        raise UserInputError(f"{path}: member {info.filename} claims shape {list(shape)} "
+                                             f"({need} bytes) but holds {info.file_size} bytes")
+    except UserInputError:
+        raise
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+        raise UserInputError(f"{path}: not a readable npz file ({type(e).__name__}: {e})") from None
+
+
 def load(path: str | os.PathLike) -> dict:
     """Read an npz file into ``{name: ndarray}``; refuses pickled object arrays."""
     import numpy as np
@@ -53,6 +82,7 @@ def load(path: str | os.PathLike) -> dict:
     if magic not in _ZIP_MAGIC:
         # np.load would take it for a pickle and say so; it is just not an npz.
         raise UserInputError(f"{path}: not an npz file (not a zip archive)")
+    _check_headers(path)
     try:
         with np.load(path, allow_pickle=False) as data:
             return {name: data[name] for name in data.files}

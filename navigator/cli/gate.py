@@ -1,8 +1,12 @@
-"""navigator gate WS|MODEL --policy gate.yaml: a model-release gate for CI.
+"""navigator gate WS|DIR|MODEL --policy gate.yaml: a model-release gate for CI.
 
-WS is a workspace (or a workdir holding one). Given a MODEL instead (an .onnx
-file), it runs `navigator convert` first with the policy's formats as
-targets (the convert options below apply), then gates the result.
+WS is a workspace (or a workdir holding one). DIR, a workdir holding several
+(navigator convert-many writes one per model), gates each of them with the
+same policy: one JUnit file with a test suite per workspace, exit 1 when one
+fails; its outputs: apply to the models that have them, and --baseline is then
+the earlier run's workdir (workspaces matched by name). Given a MODEL instead
+(an .onnx file), it runs `navigator convert` first with the policy's formats
+as targets (the convert options below apply), then gates the result.
 
 The policy (YAML) names the required formats, the comparison per output,
 throughput and p99 bounds per format and a regression bound:
@@ -31,7 +35,8 @@ from navigator.cli import convert as convert_cli     # the same convert options,
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__.strip()
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("target", metavar="WS|MODEL", help="workspace, workdir holding one, or a model to convert")
+    parser.add_argument("target", metavar="WS|DIR|MODEL", help="workspace, workdir (every workspace in it), or a "
+                                                               "model to convert")
     g = parser.add_argument_group("gate")
     g.add_argument("--policy", required=True, metavar="YAML", help="the gate policy")
     g.add_argument("--junit", metavar="XML", help="write a JUnit XML report (one test case per check)")
@@ -85,10 +90,12 @@ def run(args: argparse.Namespace) -> int:
         ws_root = _convert(args, policy, reporter)
     else:
         raise UserInputError(f"{target}: no such workspace, workdir or model")
-    result = evaluate(ws_root, policy, baseline=args.baseline)
-    gate_json = result.write(result.workspace, junit=args.junit, markdown=args.markdown)
     icons = console.ICONS if reporter.mode == "rich" else console.PLAIN
     status_icon = {"passed": icons["ok"], "failed": icons["failed"], "skipped": icons["skipped"]}
+    if _several(ws_root):
+        return _gate_workdir(args, policy, ws_root, reporter, status_icon)
+    result = evaluate(ws_root, policy, baseline=args.baseline)
+    gate_json = result.write(result.workspace, junit=args.junit, markdown=args.markdown)
     for c in result.checks:
         reporter.info(f"{status_icon[c.status]} {c.kind}: {c.name}: {c.message}")
     reporter.info(result.headline())
@@ -98,4 +105,33 @@ def run(args: argparse.Namespace) -> int:
         failed = result.failures
         raise GateFailed(f"gate failed: {len(failed)} of {len(result.checks)} checks failed; first: "
                          f"{failed[0].name}: {failed[0].message}"[:600])
+    return 0
+
+
+def _several(path: Path) -> bool:
+    from navigator.workspace.layout import Workspace
+
+    return path.is_dir() and not (path / "status.yaml").is_file() and len(Workspace.find_all(path)) > 1
+
+
+def _gate_workdir(args: argparse.Namespace, policy, workdir: Path, reporter, status_icon: dict) -> int:
+    """Every workspace of a workdir (navigator.tools.gate.workdir)."""
+    from navigator.errors import GateFailed
+    from navigator.tools.gate import evaluate_workdir
+
+    result = evaluate_workdir(workdir, policy, baseline=args.baseline)
+    result.write(junit=args.junit, markdown=args.markdown)
+    for name, r in zip(result.names, result.results):
+        reporter.info(f"{name}: {r.headline()}")
+        for c in r.checks:
+            if c.status != "passed":
+                reporter.info(f"  {status_icon[c.status]} {c.kind}: {c.name}: {c.message}")
+    reporter.info(result.headline())
+    reporter.info("reports: <workspace>/report/gate.json" + (f", JUnit: {args.junit}" if args.junit else "")
+                  + (f", markdown: {args.markdown}" if args.markdown else ""))
+    if not result.passed:
+        name, first = result.failures[0]
+        failed = sum(not r.passed for r in result.results)
+        raise GateFailed(f"gate failed: {failed} of {len(result.results)} workspaces failed; first: {name}: "
+                         f"{first.name}: {first.message}"[:600])
     return 0

@@ -19,6 +19,7 @@ from navigator._version import __version__
 # subcommand -> module under navigator.cli (imported only when chosen)
 SUBCOMMANDS = {
     "convert": "Convert a model to verified, profiled formats and record them in a workspace.",
+    "convert-many": "Convert the models of a manifest, in parallel on Ray (this machine or a cluster).",
     "status": "Print a workspace's status.yaml as a summary.",
     "triton": "Write a Triton model repository (config.pbtxt from the schema) from a workspace.",
     "serve": "Start a local Triton server on a model repository (127.0.0.1) for a quick check.",

@@ -198,6 +198,13 @@ class EventTail:
         return events
 
 
+def python_command(*args: str) -> list[str]:
+    """This interpreter with ``args``, never putting the working directory on sys.path (``-P``,
+    Python 3.11+): a ``triton/`` folder where the user runs navigator (``navigator triton`` writes
+    one into each workspace) would shadow the ``triton`` package torch.compile imports."""
+    return [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), *args]
+
+
 def run_worker(job: Job, job_path: Path, log_path: Path, *, stage_timeout_s: float,
                on_event: Callable[[Event], None] | None = None, env: dict | None = None,
                memory_limit_gb: float | None = None, cancel=None) -> WorkerOutcome:
@@ -219,7 +226,7 @@ def run_worker(job: Job, job_path: Path, log_path: Path, *, stage_timeout_s: flo
     child_env["NAVIGATOR_WORKER"] = "1"
     start = time.monotonic()
     with open(log_path, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "navigator._worker", str(job_path)], stdout=out,
+        proc = subprocess.Popen(python_command("-m", "navigator._worker", str(job_path)), stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                 env=child_env)
     outcome = WorkerOutcome(returncode=None)
@@ -235,6 +242,7 @@ def run_worker(job: Job, job_path: Path, log_path: Path, *, stage_timeout_s: flo
             open_stage, stage_start = tail.open_stage, tail.stage_start
             if code is not None:
                 outcome.returncode = code
+                kill_group(proc.pid)   # what the job started (a factory's helper process) ends with it
                 if open_stage is not None or code != 0:
                     outcome.reason = _describe_exit(code)
                 break

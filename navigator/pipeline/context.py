@@ -45,6 +45,9 @@ class RunContext:
     resume_from: Status | None = None                # the previous record, when its inputs are unchanged
     step_hashes: dict = field(default_factory=dict)  # (key, runner key, stage) -> inputs_sha256
     live: Any = None                 # the flat module of a live torch source: in-process jobs hand it over
+    # Profiles that cannot be reused are left to a later run instead of measured now (convert-many's
+    # build phase: its measurements run alone on the node afterwards, navigator.many.node).
+    defer_profiles: bool = False
     race_pending: dict = field(default_factory=dict)   # key -> (planned item, runner keys) profiled in the race
     jobs: int = 1                    # formats converted and verified at once (navigator.pipeline.schedule)
     # While formats run in parallel: the lock every change of the record (and save) is made under,

@@ -24,6 +24,8 @@ from navigator.workspace.status import ConvertStep, FormatStatus, ProfileStep, R
 
 log = logging.getLogger(__name__)
 
+DEFERRED = "deferred: measured by a later run (convert-many measures alone on the node after the build)"
+
 
 def run_formats(ctx: RunContext, planned) -> None:
     """One worker per format, parents first; the first one also computes the reference; then
@@ -112,7 +114,7 @@ def run_item(ctx: RunContext, item, *, convert: bool = True, verify: bool = True
     fs = st.formats[item.key]
     ctx.ws.format_dir(item.key).mkdir(parents=True, exist_ok=True)
     if not convert:
-        run_tasks(ctx, item, [converted_task(ctx, item, format_task(ctx, item, fs))])
+        run_tasks(ctx, item, [_deferred(ctx, fs, converted_task(ctx, item, format_task(ctx, item, fs)))])
         return
     if item.converter is None:
         export_source(ctx, item, fs)
@@ -147,7 +149,7 @@ def run_item(ctx: RunContext, item, *, convert: bool = True, verify: bool = True
                       and ctx.resume_from.samples.reference_sha256 == npz.files_sha256(ctx.ws.reference_files()))
     if reference_kept:
         st.samples.reference_sha256 = ctx.resume_from.samples.reference_sha256
-    task = resume.reuse(ctx, item, task)
+    task = _deferred(ctx, fs, resume.reuse(ctx, item, task))
     if task is None:   # every step of this format is unchanged since the last run
         old = ctx.resume_from.formats.get(item.key) if ctx.resume_from else None
         fs.peak_rss_mb = old.peak_rss_mb if old else None
@@ -179,6 +181,18 @@ def run_item(ctx: RunContext, item, *, convert: bool = True, verify: bool = True
     run_tasks(ctx, item, tasks)
     if item.converter is None and verify and not ctx.ws.reference_files():
         raise_reference_failed(ctx)
+
+
+def _deferred(ctx: RunContext, fs: FormatStatus, task: Task | None) -> Task | None:
+    """``task`` without its profile when the run defers profiles (RunContext.defer_profiles);
+    the runners' profiles say so."""
+    if task is None or task.profile is None or not ctx.defer_profiles:
+        return task
+    task = Task.from_dict(task.to_dict())
+    task.profile = None
+    for spec in task.runners:
+        fs.runners[spec.key].profile = ProfileStep(status="skipped", reason=DEFERRED)
+    return task
 
 
 def converted_task(ctx: RunContext, item, task: Task) -> Task:

@@ -81,6 +81,9 @@ def plan_formats(config: NavigatorConfig, source, targets: list[str]):
     unknown = sorted(set(config.converter_params or {}) - names)
     if unknown:
         raise UserInputError(f"converter_params: unknown converter {unknown[0]!r}; valid: {', '.join(sorted(names))}")
+    for converter in edges:   # every converter given parameters, planned or not: a typo is found now
+        if converter.name in (config.converter_params or {}):
+            converter.params_from_config(config)
     for item in planned:
         if item.converter is not None:
             item.converter.params_from_config(config)

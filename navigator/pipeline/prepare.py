@@ -16,7 +16,7 @@ from navigator.errors import UserInputError
 from navigator.pipeline.context import Prepared
 from navigator.workspace import npz
 from navigator.workspace import status as status_mod
-from navigator.workspace.layout import Workspace
+from navigator.workspace.layout import Workspace, check_utf8
 from navigator.workspace.status import ModelInfo, SamplesInfo, Status
 
 log = logging.getLogger(__name__)
@@ -89,6 +89,10 @@ def prepare_source(source, samples: Any, config: NavigatorConfig, reporter) -> P
     elif config.samples:
         batches = samples_mod.from_folder(config.samples, sig, count=config.sample_count, batch_dim=batch_dim)
         info.source = "folder"
+        note = samples_mod.folder_note(config.samples, config.sample_count)
+        if note:
+            log.warning("%s", note)
+            reporter.warn(note)
     else:
         batches = samples_mod.generate(sig, shapes=list(config.shapes or []) or None,
                                        count=config.sample_count or samples_mod.DEFAULT_GENERATED,
@@ -129,19 +133,25 @@ def prepare_source(source, samples: Any, config: NavigatorConfig, reporter) -> P
 
 
 def _add_corners(batches: list[dict], sig, profiles: list[dict], batch_dim, source, config, info) -> list[int]:
-    """Generated samples at each shape profile's min / max corner that the samples do not cover
-    (navigator.sources.samples.corner_shapes), appended to ``batches``; returns their indices."""
+    """Samples at each shape profile's min / max corner that the samples do not cover
+    (navigator.sources.samples.corner_shapes), appended to ``batches``; returns their indices.
+    The user's own samples are cropped or repeated to a corner's shape (their structure kept);
+    generated samples get more of the same random draw."""
     from navigator.sources import samples as samples_mod
 
     shapes = samples_mod.corner_shapes(sig, profiles, batches, batch_dim)
+    given = info.source != "generated"
     corners = []
     for k, shape in enumerate(shapes):
-        (batch,) = samples_mod.generate(sig, shapes=[shape], count=1, value_ranges=config.value_ranges,
-                                        dtypes=config.dtypes, bounds=source.index_bounds, batch_dim=batch_dim,
-                                        seed=(config.seed or 0) + 1000 + k)
+        if given:
+            batch = samples_mod.resize_sample(batches[0], shape)
+        else:
+            (batch,) = samples_mod.generate(sig, shapes=[shape], count=1, value_ranges=config.value_ranges,
+                                            dtypes=config.dtypes, bounds=source.index_bounds,
+                                            batch_dim=batch_dim, seed=(config.seed or 0) + 1000 + k)
         corners.append(len(batches))
         batches.append(batch)
-    if corners and not info.value_ranges:   # what the corners were generated in
+    if corners and not given and not info.value_ranges:   # what the corners were generated in
         info.value_ranges = {spec.name: list(samples_mod.value_range(spec, config.value_ranges or {},
                                                                       source.index_bounds,
                                                                       (config.dtypes or {}).get(spec.name)))
@@ -195,6 +205,8 @@ def write_workspace(prep: Prepared, config: NavigatorConfig, device: str, *, kee
     ws, source = prep.ws, prep.source
     for folder in ws.scratch_dirs(keep=keep):
         shutil.rmtree(folder, ignore_errors=True)
+    for stale in ws.stale_partial_files():   # left by a writer killed mid-write; we hold the lock
+        stale.unlink(missing_ok=True)
     for i, batch in enumerate(prep.batches):
         npz.save(ws.sample_file("inputs", i), batch)
     for i, outputs in enumerate(prep.reference or []):
@@ -324,7 +336,7 @@ def prepare_in_worker(model: str, samples: Any, config: NavigatorConfig, reporte
     from navigator.types import ModelSignature
     from navigator.workspace.status import SamplesInfo
 
-    workdir = Path(config.workdir)
+    workdir = check_utf8(Path(config.workdir).resolve(), "--workdir")
     try:
         workdir.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -40,7 +40,7 @@ def write_reproduce(ctx: RunContext, item, fs: FormatStatus, task: Task) -> None
         write_text(ws.params_file(item.key), json.dumps(conv.params, indent=1) + "\n")
         module = conv.converter.split(":")[0]
         lines.append(" ".join(shlex.quote(x) for x in [
-            "python", "-m", module, "--workspace", ".", "--source", conv.source, "--output", conv.output,
+            "python", "-P", "-m", module, "--workspace", ".", "--source", conv.source, "--output", conv.output,
             "--params", ws.inner(ws.params_file(item.key)), "--device", conv.device]))
         params = item.converter.params_from_dict(conv.params)
         lines.extend(item.converter.reproduce_notes(params, conv.source, conv.output, ctx.status))

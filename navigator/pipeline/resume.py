@@ -120,7 +120,11 @@ def reuse(ctx: RunContext, item, task: Task) -> Task | None:
             fs.runners[spec.key].verify = before.verify
             if profiled and task.profile is not None:
                 fs.runners[spec.key].profile = before.profile
-            elif not profiled:   # verified last time, not measured (a run stopped before its race)
+            elif ctx.defer_profiles:   # convert-many's build: a later run measures it
+                from navigator.pipeline.execute import DEFERRED
+
+                fs.runners[spec.key].profile = status_mod.ProfileStep(status="skipped", reason=DEFERRED)
+            elif not profiled:   # verified, not measured (a run stopped before its race, a deferred profile)
                 raced.append(spec.key)
             ctx.reporter.step_end(item.key, "verify", spec.key, {"status": "ok", "reason": "reused"})
             continue

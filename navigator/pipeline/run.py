@@ -103,8 +103,12 @@ def _record_unavailable(ctx: RunContext, unsupported: list[str], dropped: list[s
             status="skipped", reason=f"no converter produces {key} here (precision {k.precision})"))
 
 
-def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_func=None) -> RunOutcome:
-    """The whole pipeline for one model (navigator.pipeline's docstring)."""
+def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_func=None,
+        defer_profiles: bool = False) -> RunOutcome:
+    """The whole pipeline for one model (navigator.pipeline's docstring). ``defer_profiles``:
+    profiles that cannot be reused from the last run are not measured but left ``skipped``
+    (:data:`~navigator.pipeline.execute.DEFERRED`) for a later run to measure, unlike
+    ``--no-profile``, which drops them (convert-many's build phase)."""
     t0 = time.perf_counter()
     explicit_memory_gb = config.worker_memory_gb
     config = config.resolved()
@@ -140,7 +144,7 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
                 reporter.info("resuming: unchanged steps of the last run are reused (--force redoes them)")
             ctx = RunContext(config=config, ws=ws, status=st, source=source, device=device, reporter=reporter,
                              runner_devices=runner_devices, resume_from=previous,
-                             verify_func=verify_func, timings=timings)
+                             verify_func=verify_func, timings=timings, defer_profiles=defer_profiles)
             ctx.jobs = schedule.job_count(config.jobs, explicit_memory_gb=explicit_memory_gb, no_race=config.no_race,
                                           size_bytes=schedule.model_bytes(source.path))
             log.info("up to %d format workers at once (--jobs)", ctx.jobs)

@@ -41,10 +41,14 @@ MODEL_FACTOR = 6            # a conversion holds the model a few times over (sou
 
 
 def cores() -> int:
+    """The cores this process may use; ``OMP_NUM_THREADS`` bounds them when set (Ray sets it to a
+    task's CPU count: a convert-many build sharing its node gets no more workers than that)."""
     try:
-        return len(os.sched_getaffinity(0))
+        n = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return os.cpu_count() or 1
+        n = os.cpu_count() or 1
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    return max(1, min(n, int(omp))) if omp.isdigit() and int(omp) > 0 else n
 
 
 def model_bytes(path) -> int:

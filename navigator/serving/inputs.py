@@ -64,8 +64,6 @@ class RequestData:
 
 def from_workspace(ws, st, cfg) -> RequestData:
     """Rows of the stored samples under the Triton names of ``cfg`` (a ModelConfig)."""
-    import numpy as np
-
     from navigator.triton import config as cfg_mod
     from navigator.workspace import npz
 
@@ -85,16 +83,7 @@ def from_workspace(ws, st, cfg) -> RequestData:
         missing = [n for n in ours if n not in sample]
         if missing:
             raise UserInputError(f"{path}: no tensor {missing[0]!r}")
-        arrays = {t: np.asarray(sample[o]) for o, t in zip(ours, names)}
-        for t, arr in arrays.items():
-            if arr.dtype.kind in "OUS":
-                raise UserInputError(f"input {t!r} holds strings; serving profiles take numeric inputs only")
-            arrays[t] = arr.astype(dtypes[t], copy=False)
-        if batching:
-            n = min(a.shape[0] for a in arrays.values())
-            rows.extend({t: np.ascontiguousarray(a[i]) for t, a in arrays.items()} for i in range(n))
-        else:
-            rows.append({t: np.ascontiguousarray(a) for t, a in arrays.items()})
+        rows.extend(_rows({t: sample[o] for o, t in zip(ours, names)}, dtypes, batching))
         if len(rows) >= MAX_ROWS:
             break
     first = {t: a.shape for t, a in rows[0].items()}
@@ -103,11 +92,26 @@ def from_workspace(ws, st, cfg) -> RequestData:
                        outputs=[io.name for io in cfg.output])
 
 
+def _rows(batch: dict, dtypes: dict, batching: bool) -> list[dict]:
+    """One batch as request rows: each row of it when the model batches, else the batch itself;
+    in the config's dtypes (strings refused)."""
+    import numpy as np
+
+    arrays = {}
+    for name, value in batch.items():
+        arr = np.asarray(value)
+        if arr.dtype.kind in "OUS":
+            raise UserInputError(f"input {name!r} holds strings; serving profiles take numeric inputs only")
+        arrays[name] = arr.astype(dtypes[name], copy=False)
+    if not batching:
+        return [{n: np.ascontiguousarray(a) for n, a in arrays.items()}]
+    count = min(a.shape[0] for a in arrays.values())
+    return [{n: np.ascontiguousarray(a[i]) for n, a in arrays.items()} for i in range(count)]
+
+
 def from_examples(examples: list[dict], cfg) -> RequestData:
     """Rows of raw example batches (an ensemble's inputs, matched by name) under the
     inputs of ``cfg`` (the ensemble's ModelConfig)."""
-    import numpy as np
-
     from navigator.triton import config as cfg_mod
 
     batching = cfg.max_batch_size > 0
@@ -120,16 +124,7 @@ def from_examples(examples: list[dict], cfg) -> RequestData:
         if missing:
             raise UserInputError(f"example batch {k + 1} has no tensor {missing[0]!r} (the ensemble {cfg.name} takes "
                                  f"{', '.join(names)})")
-        arrays = {n: np.asarray(batch[n]) for n in names}
-        for n, arr in arrays.items():
-            if arr.dtype.kind in "OUS":
-                raise UserInputError(f"input {n!r} holds strings; serving profiles take numeric inputs only")
-            arrays[n] = arr.astype(dtypes[n], copy=False)
-        if batching:
-            count = min(a.shape[0] for a in arrays.values())
-            rows.extend({n: np.ascontiguousarray(a[i]) for n, a in arrays.items()} for i in range(count))
-        else:
-            rows.append({n: np.ascontiguousarray(a) for n, a in arrays.items()})
+        rows.extend(_rows({n: batch[n] for n in names}, dtypes, batching))
     if not rows:
         raise UserInputError(f"no example to build requests for {cfg.name} from")
     first = {n: a.shape for n, a in rows[0].items()}

@@ -19,15 +19,26 @@ from typing import Any
 from navigator.errors import UserInputError
 from navigator.sources.base import Source
 from navigator.sources.onnx import ONNX_SUFFIXES, open_onnx
-from navigator.sources.tensorflow import open_saved_model, open_tf_object
+from navigator.sources.tensorflow import open_saved_model, open_tf_object, saved_model_name
 from navigator.sources.torch import open_torch, open_torch_file
 
-__all__ = ["Source", "open_source", "is_factory_spec"]
+__all__ = ["Source", "open_source", "default_name", "is_factory_spec"]
 
 
 def is_factory_spec(model: Any) -> bool:
     """``path/to/file.py:factory``: a PyTorch factory named on the command line or to the API."""
     return isinstance(model, str) and ":" in model and model.rpartition(":")[0].endswith(".py")
+
+
+def default_name(model: str | os.PathLike) -> str:
+    """The name ``open_source(model).name`` gives a model named by a path (the workspace's
+    name without --model-name), found without opening the model: the file's stem, the
+    factory file's stem for ``file.py:factory``, a SavedModel folder's name."""
+    text = os.fspath(model)
+    if is_factory_spec(text):
+        return Path(text.rpartition(":")[0]).stem
+    path = Path(text)
+    return saved_model_name(path) if path.is_dir() else path.stem
 
 
 def open_source(model: Any, model_format: str | None = None, signature_name: str | None = None) -> Source:

@@ -35,12 +35,16 @@ class OnnxSource(Source):
 
 
 def open_onnx(path: Path) -> OnnxSource:
-    from navigator.sources.signature import check_onnx, external_data_files, index_bounds, load_onnx, onnx_signature
+    from navigator.sources.signature import (check_onnx, external_data_files, index_bounds, load_onnx, onnx_signature,
+                                             short_external_data)
 
     model = load_onnx(path)
     missing = [p for p in external_data_files(model, path.parent) if not p.is_file()]
     if missing:
         raise UserInputError(f"{path}: external data file {missing[0].name!r} is missing beside the model")
+    short = short_external_data(model, path.parent)
+    if short:
+        raise UserInputError(f"{path}: {short}")
     check_onnx(path)
     return OnnxSource(format="onnx", key="onnx", name=path.stem, path=path, signature=onnx_signature(model),
                       index_bounds=index_bounds(model),

@@ -25,6 +25,7 @@ DEFAULT_DYNAMIC = 16
 DEFAULT_INT_HIGH = 16
 DEFAULT_GENERATED = 2     # batches generated when none are given
 DEFAULT_TAKEN = 10        # batches taken from an iterable or DataLoader unless --sample-count
+GENERATED_MAX_BYTES = 1 << 30   # one generated batch; every format runs it, and it is stored as npz
 
 
 def as_array(value: Any, where: str):
@@ -150,9 +151,16 @@ def from_folder(folder: str | os.PathLike, signature: ModelSignature, *, count: 
     files = sorted(folder.glob("*.npz"))
     if not files:
         raise UserInputError(f"--samples {folder}: no .npz files in it")
-    if count:
-        files = files[:count]
+    files = files[:count or DEFAULT_TAKEN]   # prepare says so when files are left (folder_note)
     return [check_sample(npz.load(p), signature, str(p), batch_dim) for p in files]
+
+
+def folder_note(folder: str | os.PathLike, count: int | None) -> str | None:
+    """The warning for a --samples folder holding more files than are taken, or None."""
+    total = sum(1 for _ in Path(folder).glob("*.npz"))
+    if count or total <= DEFAULT_TAKEN:
+        return None
+    return f"--samples {folder}: taking the first {DEFAULT_TAKEN} of {total} files (--sample-count takes more)"
 
 
 def sample_shapes(signature: ModelSignature, shapes: dict | None, batch_dim: int | None) -> dict[str, tuple]:
@@ -194,6 +202,23 @@ def value_range(spec: TensorSpec, value_ranges: dict, bounds: dict, dtype: str |
     return 0.0, 1.0
 
 
+def _check_size(shape_map: dict[str, tuple], signature: ModelSignature, dtypes: dict) -> None:
+    """A generated batch above GENERATED_MAX_BYTES is refused before numpy allocates it."""
+    import numpy as np
+
+    total = 0
+    for spec in signature.inputs:
+        name = dtypes.get(spec.name, spec.dtype)
+        n = np.dtype("float32" if name == "bfloat16" else name).itemsize
+        for d in shape_map[spec.name]:
+            n *= int(d)
+        total += n
+    if total > GENERATED_MAX_BYTES:
+        shapes = ", ".join(f"{k}:{'x'.join(str(d) for d in v)}" for k, v in shape_map.items())
+        raise UserInputError(f"--shapes {shapes}: one generated batch would take {total / 2**30:.3g} GiB, more than "
+                             f"the {GENERATED_MAX_BYTES >> 30} GiB allowed; give smaller shapes or --samples")
+
+
 def generate(signature: ModelSignature, *, shapes: list[dict] | None, count: int, value_ranges: dict | None,
              dtypes: dict | None, bounds: dict, batch_dim: int | None, seed: int = 0) -> list[dict]:
     """``count`` random batches: floats uniform in [0, 1), integers in [0, n) where n is
@@ -213,6 +238,7 @@ def generate(signature: ModelSignature, *, shapes: list[dict] | None, count: int
     out = []
     for i in range(count):
         shape_map = sample_shapes(signature, shape_sets[i % len(shape_sets)], batch_dim)
+        _check_size(shape_map, signature, dtypes)
         sample = {}
         for spec in signature.inputs:
             name = dtypes.get(spec.name, spec.dtype)
@@ -326,6 +352,21 @@ def _elements(shapes: dict) -> int:
             n *= int(d)
         total += n
     return total
+
+
+def resize_sample(sample: dict, shape: dict[str, tuple]) -> dict:
+    """``sample`` brought to ``shape`` by cropping or repeating it along each axis, so a corner
+    keeps the structure of the user's data (padding masks that start with ones, token ids of the
+    vocabulary's real range, image statistics): random values there would make, for instance, a
+    causal model's fully masked rows, whose outputs no two runtimes define alike."""
+    import numpy as np
+
+    out = {}
+    for name, arr in sample.items():
+        for axis, n in enumerate(shape[name]):
+            arr = np.take(arr, np.arange(int(n)) % arr.shape[axis], axis=axis)
+        out[name] = np.ascontiguousarray(arr)
+    return out
 
 
 def corner_shapes(signature: ModelSignature, profiles: list[dict], samples: list[dict],

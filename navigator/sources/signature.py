@@ -37,7 +37,13 @@ def check_onnx(path: str | os.PathLike) -> None:
     import onnx
 
     try:
-        onnx.checker.check_model(str(path))
+        try:
+            str(path).encode("utf-8")
+            target = str(path)
+        except UnicodeEncodeError:   # onnx's C++ side takes UTF-8 paths only: check the model itself
+            with open(path, "rb") as f:
+                target = onnx.load(f, load_external_data=False)
+        onnx.checker.check_model(target)
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserInputError(f"{path}: the ONNX checker rejects the model ({first[:300]})") from None
@@ -54,6 +60,10 @@ def _tensor_spec(value_info) -> TensorSpec:
         dtype = onnx.helper.tensor_dtype_to_np_dtype(elem).name
     except Exception:
         raise UserInputError(f"'{value_info.name}' has an unsupported element type {elem}") from None
+    if elem == onnx.TensorProto.STRING:
+        raise UserInputError(f"'{value_info.name}' is a string tensor: Navigator compares numbers; put the "
+                             "tokenization or decoding outside the graph (navigator triton --tokenizer serves "
+                             "text in front of a Hugging Face model)")
     if elem == onnx.TensorProto.BFLOAT16:
         dtype = "bfloat16"
     shape = []
@@ -67,6 +77,12 @@ def onnx_signature(model) -> ModelSignature:
     """Inputs (initializers excluded) and outputs of a loaded ONNX model."""
     initializers = {init.name for init in model.graph.initializer}
     inputs = [_tensor_spec(vi) for vi in model.graph.input if vi.name not in initializers]
+    for vi in model.graph.input:
+        dims = vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else []
+        for axis, dim in enumerate(dims):
+            if vi.name not in initializers and dim.HasField("dim_value") and dim.dim_value == 0:
+                raise UserInputError(f"input '{vi.name}' has a fixed dim {axis} of size 0: it never holds a value, "
+                                     "so nothing the model computes from it can be verified")
     outputs = [_tensor_spec(vi) for vi in model.graph.output]
     if not inputs:
         raise UserInputError("the model has no inputs; Navigator needs at least one input to feed samples")
@@ -166,3 +182,28 @@ def external_data_files(model, base_dir: str | os.PathLike) -> list[Path]:
                     if p not in files:
                         files.append(p)
     return files
+
+
+def short_external_data(model, base_dir: str | os.PathLike) -> str | None:
+    """The first initializer whose external data reaches past the end of its file (a truncated
+    copy or download), said in one line; None when every one is whole."""
+    import onnx
+
+    sizes: dict[Path, int] = {}
+    for tensor in all_tensors(model.graph):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        entries = {e.key: e.value for e in tensor.external_data}
+        if "location" not in entries or "length" not in entries:
+            continue
+        p = Path(base_dir) / entries["location"]
+        if p not in sizes:
+            try:
+                sizes[p] = p.stat().st_size
+            except OSError:
+                continue   # a missing file is reported on its own
+        end = int(entries.get("offset", 0) or 0) + int(entries["length"])
+        if end > sizes[p]:
+            return (f"external data file {p.name!r} is {sizes[p]} bytes, but initializer {tensor.name!r} needs bytes "
+                    f"up to {end}: the file is truncated (an interrupted copy or download?)")
+    return None

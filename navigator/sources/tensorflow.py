@@ -74,16 +74,23 @@ def _tf_reference_runner(signature_name: str | None) -> RunnerTask:
     return RunnerTask("tensorflow", "cpu", options={"signature": signature_name or "serving_default"})
 
 
+def saved_model_name(path: Path) -> str:
+    """A SavedModel folder's model name: the folder's, or its parent's for ``<model>/1/``-style
+    and ``saved_model/`` folders."""
+    name = path.resolve().name
+    if name in ("saved_model", "savedmodel", "model.savedmodel") or name.isdigit():   # .../<model>/1/
+        name = path.resolve().parent.name or name
+    return name
+
+
 def open_saved_model(path: Path, signature_name: str | None = None) -> SavedModelSource:
     from navigator.sources import tf_support
 
     if not tf_support.is_saved_model_dir(path):
         raise UserInputError(f"{path}: not a SavedModel directory (no saved_model.pb in it)")
     sig = tf_support.saved_model_signature(path, signature_name)
-    name = path.resolve().name
-    if name in ("saved_model", "savedmodel", "model.savedmodel") or name.isdigit():   # .../<model>/1/
-        name = path.resolve().parent.name or name
-    return SavedModelSource(format="savedmodel", key="savedmodel", name=name, path=path, signature=sig,
+    return SavedModelSource(format="savedmodel", key="savedmodel", name=saved_model_name(path), path=path,
+                            signature=sig,
                             signature_name=signature_name,
                             reference_runner=_tf_reference_runner(signature_name))
 

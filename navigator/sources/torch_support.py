@@ -293,17 +293,27 @@ def load_model_file(path: str | os.PathLike, kind: str):
 
     import torch
 
+    import logging
+    import zipfile
+
     path = Path(path)
+    what = "TorchScript" if kind == "torchscript" else "ExportedProgram (.pt2)"
+    if not zipfile.is_zipfile(path):   # both are zip archives; torch would log a traceback first
+        raise UserInputError(f"{path}: not a loadable {what} (not a zip archive)")
+    quiet = logging.getLogger("torch.export")
+    level = quiet.level
     try:
+        quiet.setLevel(logging.CRITICAL)   # its fallback logs the first attempt's traceback as a warning
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if kind == "torchscript":
                 return torch.jit.load(str(path), map_location="cpu").eval()
             return torch.export.load(str(path)).module()
     except Exception as e:
-        what = "TorchScript" if kind == "torchscript" else "ExportedProgram (.pt2)"
         raise UserInputError(f"{path}: not a loadable {what} ({type(e).__name__}: {' '.join(str(e).split())[:200]})") \
             from None
+    finally:
+        quiet.setLevel(level)
 
 
 def state_digest(module) -> str:

@@ -30,7 +30,9 @@ ROOT = Path(__file__).resolve().parents[2]
 _IGNORED = (".venv", "__pycache__", ".pytest_cache", ".hypothesis", ".egg-info", "build", "dist", ".whl")
 # Created by the frameworks themselves when imported or first used, not by Navigator.
 _FRAMEWORK_CACHES = (".keras", ".cache/matplotlib", ".config/matplotlib", ".cache/torch", ".cache/pip",
-                     ".nv", ".triton", ".cache/huggingface", ".cache/tensorflow", ".python_history")
+                     ".nv", ".triton", ".cache/huggingface", ".cache/tensorflow", ".python_history",
+                     ".cache/Microsoft",   # onnxruntime's telemetry db (DeveloperTools/.onnxruntime)
+                     "intel")              # OpenVINO's cache on first compile
 _CWD_IGNORED = (".pytest_cache", "__pycache__", ".hypothesis", ".coverage")
 
 

@@ -44,7 +44,7 @@ def test_example_model_end_to_end(cli, tmp_path):
             assert set(runner["verify"]["outputs"]) == {"logits", "probs"}
             for check in runner["verify"]["outputs"].values():   # each check rejected a wrong answer
                 assert check["conclusive"] is True and check["scale"] > 0.01, check
-                assert check["atol"] == pytest.approx(check["scale"] * 1e-4)
+                assert check["atol"] == pytest.approx(check["scale"] * 3e-4)
         assert (ws / "formats" / key / "reproduce.sh").is_file()
     assert st["best"]["key"] in expected and st["best"]["basis"] == "profile"
     # samples: ids bounded by the embedding table's 1000 rows

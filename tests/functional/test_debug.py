@@ -126,7 +126,7 @@ def test_debug_names_the_planted_node(planted_ws, capsys):
     (output,) = first["outputs"]
     assert output["name"] == "m1" and output["passed"] is False and output["max_abs"] > 1e-3
     # the fp32 row of the tolerance table, atol scaled to the tensor (the reference side of the first sample)
-    assert output["atol"] == pytest.approx(1e-4 * output["scale"]) and output["rtol"] == 1e-4
+    assert output["atol"] == pytest.approx(3e-4 * output["scale"]) and output["rtol"] == 1e-4
     # the nodes before it agree, the ones after it inherit the error
     assert report["tensors"]["h1"]["passed"] and report["tensors"]["a1"]["passed"]
     assert report["later_divergent"] == ["bias_add", "act2", "fc2"]

@@ -71,7 +71,7 @@ def test_memory_limit_flag_through_the_cli(cli, tmp_path, onnx_model):
     st = yaml.safe_load((tmp_path / "wd" / "foldable_mlp.nav.workspace" / "status.yaml").read_text())
     assert st["config"]["worker_memory_gb"] == 2.5
     r = cli("convert", onnx_model("foldable_mlp"), "--workdir", tmp_path / "wd", "--worker-memory-gb", "-1")
-    one_line_error(r, "worker_memory_gb: must be >= 0")
+    one_line_error(r, "worker_memory_gb: must be a finite number >= 0")
 
 
 def test_default_memory_limit_is_a_fraction_of_the_machine():

@@ -209,3 +209,58 @@ def test_api_gate(workspace, tmp_path):
         result.gate({"require_formatz": ["onnx"]})
     path = _policy(tmp_path, GOOD)
     assert result.gate(str(path)).passed
+
+
+def test_gate_every_workspace_of_a_workdir(cli, workspace, tmp_path):
+    """A workdir holding several workspaces (navigator convert-many's): each gated with the same
+    policy, one JUnit file with a suite per workspace, outputs applied where the model has them,
+    a baseline workdir matched by workspace name."""
+    import navigator
+
+    from ..conftest import one_line_error
+
+    workdir = tmp_path / "zoo"
+    shutil.copytree(workspace, workdir / workspace.name)
+    other = models.save(models.foldable_mlp(), tmp_path / "foldable_mlp.onnx")      # output y, not logits
+    assert navigator.convert(other, workdir=workdir, targets=["onnx", "onnx-optimized"], device="cpu",
+                             profile_budget_s=1, max_batch_size=4).ok
+    policy = _policy(tmp_path, {**GOOD, "max_regression": 0.5})
+    r = cli("gate", workdir, "--policy", policy, "--junit", tmp_path / "out.xml", "--markdown", tmp_path / "out.md")
+    assert r.returncode == 0, r.stdout + r.stderr
+    root = ET.parse(tmp_path / "out.xml").getroot()
+    suites = {s.get("name"): s for s in root.findall("testsuite")}
+    assert set(suites) == {"navigator-gate.token_classifier", "navigator-gate.foldable_mlp"}
+    assert int(root.get("tests")) == sum(int(s.get("tests")) for s in suites.values())
+    names = {c.get("name") for c in suites["navigator-gate.foldable_mlp"].findall("testcase")}
+    assert not any("logits" in n for n in names) and any(n.endswith("] y") for n in names)
+    assert any(n.endswith("] logits") for n in
+               (c.get("name") for c in suites["navigator-gate.token_classifier"].findall("testcase")))
+    classes = {c.get("classname") for c in suites["navigator-gate.foldable_mlp"].findall("testcase")}
+    assert "navigator.gate.foldable_mlp.tolerance" in classes
+    for ws in workdir.glob("*.nav.workspace"):
+        assert json.loads((ws / "report" / "gate.json").read_text())["passed"] is True
+    md = (tmp_path / "out.md").read_text()
+    assert "### token_classifier: ✅ passed" in md and "### foldable_mlp: ✅ passed" in md
+
+    # a bound one model misses fails the whole gate, and says which
+    tight = _policy(tmp_path, {"require_formats": ["onnx"], "min_throughput": {"onnx": 1e12}}, "tight.yaml")
+    r = cli("gate", workdir, "--policy", tight, "--junit", tmp_path / "out.xml")
+    assert r.returncode == 1 and "2 of 2 workspaces failed" in r.stderr
+    assert ET.parse(tmp_path / "out.xml").getroot().get("failures") == "2"
+    # an output no model has is still a typo
+    one_line_error(cli("gate", workdir, "--policy", _policy(tmp_path, {"require_formats": ["onnx"],
+                                                                        "outputs": {"logitz": "exact"}}, "typo.yaml")),
+                   "logitz")
+    # the baseline is the earlier run's workdir; a workspace missing there skips its regression check
+    base = tmp_path / "base"
+    shutil.copytree(workspace, base / workspace.name)
+    r = cli("gate", workdir, "--policy", policy, "--baseline", base, "--junit", tmp_path / "out.xml")
+    assert r.returncode == 0, r.stdout + r.stderr
+    fold = json.loads((workdir / "foldable_mlp.nav.workspace" / "report" / "gate.json").read_text())
+    reg = [c for c in fold["checks"] if c["kind"] == "regression"]
+    assert reg and all(c["status"] == "skipped" and "no workspace foldable_mlp in the baseline" in c["message"]
+                       for c in reg)
+    tok = json.loads((workdir / workspace.name / "report" / "gate.json").read_text())
+    assert any(c["kind"] == "regression" and c["status"] == "passed" for c in tok["checks"])
+    one_line_error(cli("gate", workdir, "--policy", policy, "--baseline", base / workspace.name),
+                   "a single workspace")

@@ -114,7 +114,7 @@ def test_missing_package_is_skipped_with_reproduce_script(registered, tmp_path, 
     assert fs.convert.status == "skipped" and "navigator_no_such_package" in fs.convert.reason
     assert all(r.verify.status == "skipped" for r in fs.runners.values())
     script = (result.workspace / "formats" / "onnx-missing" / "reproduce.sh").read_text()
-    assert "python -m tests.functional.plugin_converters --workspace . --source formats/onnx/model.onnx" in script
+    assert "python -P -m tests.functional.plugin_converters --workspace . --source formats/onnx/model.onnx" in script
 
 
 def test_reference_from_another_format(registered, tmp_path, onnx_model):

@@ -79,6 +79,57 @@ print("process_starts", r.timings["process_starts"], "ok", r.ok)
 """
 
 
+def test_deferred_profiles_are_measured_by_the_next_run(tmp_path, onnx_model):
+    """pipeline.run(defer_profiles=True) (convert-many's build phase) converts and verifies but
+    leaves each profile to the next run, which reuses the conversions and measures; deferring
+    again keeps the profiles that are still valid (unlike --no-profile, which drops them)."""
+    from navigator import pipeline
+    from navigator.config import from_mapping
+    from navigator.console import Reporter
+    from navigator.pipeline.execute import DEFERRED
+
+    model = onnx_model("foldable_mlp")
+    config = from_mapping({"workdir": str(tmp_path), "targets": ["onnx", "onnx-optimized"], **FAST})
+    built = pipeline.run(str(model), None, config, Reporter("quiet"), defer_profiles=True)
+    assert built.exit_code == 0 and built.timings["process_starts"] == 2
+    runners = [rs for fs in built.status.formats.values() for rs in fs.runners.values()]
+    assert all(rs.verify.status == "ok" and rs.profile.status == "skipped" and rs.profile.reason == DEFERRED
+               for rs in runners)
+    assert built.status.config["no_profile"] is False
+    measured = navigator.convert(model, workdir=tmp_path, targets=["onnx", "onnx-optimized"], **FAST)
+    assert measured.ok and measured.best.basis == "profile"
+    for key, fs in measured.status.formats.items():
+        assert fs.convert.inputs_sha256 == built.status.formats[key].convert.inputs_sha256
+        assert all(rs.profile.status == "ok" for rs in fs.runners.values())
+    kept = pipeline.run(str(model), None, config, Reporter("quiet"), defer_profiles=True)
+    assert kept.timings["process_starts"] == 0 and kept.status.best == measured.best
+    assert _hashes(kept) == _hashes(measured)
+
+
+def test_resume_removes_what_killed_writers_left(tmp_path, onnx_model):
+    """A worker stopped by Ctrl-C or SIGKILL in the middle of an atomic write leaves its hidden temp
+    file (and a copy its .part): the next run, holding the lock, removes them, so an interrupted and
+    resumed workspace holds the same files as one never interrupted."""
+    model = onnx_model("foldable_mlp")
+    first = navigator.convert(model, workdir=tmp_path, targets=["onnx"], **FAST)
+    ws = first.workspace
+    files = sorted(p.relative_to(ws) for p in ws.rglob("*") if p.is_file() and p.parts[-2] != "jobs")
+    stale = [ws / "samples" / "reference" / ".000.npz.k3j2a9.tmp", ws / ".status.yaml.x1y2z3.tmp",
+             ws / "formats" / "onnx" / "outputs" / "onnxruntime-cpu" / ".000-bs1.npz.q8w7e6.tmp",
+             ws / "formats" / "onnx" / "model.onnx.part"]
+    for p in stale:
+        p.write_bytes(b"half")
+    keep = ws / "formats" / "onnx" / "notes.tmp"            # not one of ours: left alone
+    keep.write_text("mine")
+    from navigator.workspace.layout import Workspace
+
+    assert Workspace(ws).stale_partial_files() == sorted(stale)
+    again = navigator.convert(model, workdir=tmp_path, targets=["onnx"], **FAST)
+    assert again.ok and not any(p.exists() for p in stale) and keep.read_text() == "mine"
+    keep.unlink()
+    assert sorted(p.relative_to(ws) for p in ws.rglob("*") if p.is_file() and p.parts[-2] != "jobs") == files
+
+
 def test_sigkill_then_resume(tmp_path, onnx_model):
     """SIGKILL while a conversion runs: status.yaml stays readable (state running), the
     worker dies with its parent, and the next run reuses what was finished."""

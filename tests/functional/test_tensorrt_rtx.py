@@ -126,7 +126,7 @@ def test_convert_tensorrt_and_tensorrt_rtx_here(cli, onnx_model, tmp_path):
     assert trt["convert"]["status"] == "skipped" and "tensorrt" in trt["convert"]["reason"]
     assert "warning: tensorrt skipped" in r.stdout
     reproduce = (ws / "formats" / "tensorrt" / "reproduce.sh").read_text()
-    assert "python -m navigator.converters.onnx_to_tensorrt" in reproduce
+    assert "python -P -m navigator.converters.onnx_to_tensorrt" in reproduce
     assert ("# trtexec --onnx=formats/onnx/model.onnx --saveEngine=formats/tensorrt/model.plan --minShapes=x:1x3x8x8 "
             "--optShapes=x:4x3x16x16 --maxShapes=x:8x3x32x32 --minShapes=x:4x3x16x16") in reproduce
     assert "--memPoolSize=workspace:8192" in reproduce and "--fp16" not in reproduce

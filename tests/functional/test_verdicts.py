@@ -73,8 +73,8 @@ def test_an_absolute_atol_above_a_tiny_output_is_inconclusive_and_the_scaled_def
     assert r.returncode == 0, r.stdout
     check = _verify(_status(tmp_path / "wd2" / "tiny.nav.workspace"), "onnx")["outputs"]["logits"]
     assert check["conclusive"] is True and check["passed"] is True
-    assert check["scale"] < 1e-7 and check["atol"] == pytest.approx(1e-4 * check["scale"])
-    assert check["atol_rule"].startswith("0.0001 x scale")
+    assert check["scale"] < 1e-7 and check["atol"] == pytest.approx(3e-4 * check["scale"])
+    assert check["atol_rule"].startswith("0.0003 x scale")
 
 
 @pytest.mark.skipif(not deps.has("onnxconverter_common"), reason="onnx-fp16 needs onnxconverter-common")

@@ -80,7 +80,7 @@ def test_wrong_types():
     assert err({"no_profile": "yes"}) == "no_profile: expected bool, got str ('yes')"
     assert err({"sample_count": 0}) == "sample_count: must be >= 1, got 0"
     assert err({"batch_dim": -1}) == "batch_dim: must be >= 0, got -1"
-    assert err({"timeout": 0}) == "timeout: must be > 0 seconds, got 0"
+    assert err({"timeout": 0}) == "timeout: must be a finite number > 0 of seconds, got 0"
     assert err({"device": "tpu"}) == "device: 'tpu' is not one of auto, cpu, cuda"
     assert err({"error_stat": "p99"}) == "error_stat: 'p99' is not one of elemwise, max, mean, median, quantile"
     assert err({"target_precisions": "fp32,fp12"}) == (

@@ -266,3 +266,20 @@ def test_samples_sha256_changes_with_values():
     assert S.samples_sha256(changed) != h
     assert S.samples_sha256([{"x": np.zeros((2, 4), np.float64)}]) != h      # dtype counts
     assert S.samples_sha256([{"x": np.zeros((4, 2), np.float32)}]) != h      # shape counts
+
+
+def test_a_corner_from_given_samples_keeps_their_structure():
+    """Cropped and repeated along each axis: a right-padded mask still starts every row with a
+    one (random 0/1 would give a causal model fully masked rows), ids stay the ones given."""
+    import numpy as np
+
+    from navigator.sources.samples import resize_sample
+
+    mask = np.array([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=np.int64)
+    ids = np.array([[5, 6, 7, 0], [8, 9, 0, 0]], dtype=np.int64)
+    big = resize_sample({"ids": ids, "mask": mask}, {"ids": (3, 6), "mask": (3, 6)})
+    assert big["mask"].tolist() == [[1, 1, 1, 0, 1, 1], [1, 1, 0, 0, 1, 1], [1, 1, 1, 0, 1, 1]]
+    assert set(big["ids"].ravel()) <= set(ids.ravel())
+    small = resize_sample({"ids": ids, "mask": mask}, {"ids": (1, 2), "mask": (1, 2)})
+    assert small["mask"].tolist() == [[1, 1]] and small["ids"].tolist() == [[5, 6]]
+    assert big["ids"].dtype == ids.dtype and big["ids"].flags.c_contiguous

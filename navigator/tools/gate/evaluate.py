@@ -152,10 +152,12 @@ def _rule(st, key: str, runner_key: str, output: str, policy: GatePolicy, scale:
                       rtol=pol.rtol if pol.rtol is not None else base.rtol, threshold=pol.threshold), "policy"
 
 
-def _stored_pairs(ws, st, key: str, runner_key: str) -> list[tuple[str, Any, Any, dict]]:
-    """(label, outputs, reference, wrong answers per output) for every stored output file of one
-    (format, runner): the comparisons verification made, with the same negative controls."""
+def _stored_pairs(ws, st, key: str, runner_key: str) -> list[tuple[str, Any, Any, dict, set | None]]:
+    """(label, outputs, reference, wrong answers per output, the outputs compared or None for all)
+    for every stored output file of one (format, runner): the comparisons verification made, with
+    the same negative controls."""
     from navigator.execution.profiling import batch_of
+    from navigator.execution.stages import batch_aligned
     from navigator.validators import controls
     from navigator.workspace import npz
 
@@ -173,15 +175,16 @@ def _stored_pairs(ws, st, key: str, runner_key: str) -> list[tuple[str, Any, Any
         full = ws.output_file(key, runner_key, stem)
         if full.is_file():
             pairs.append((f"sample {stem}", npz.load(full), reference,
-                          controls.candidates(reference, feeds, batch_dim=st.batch_dim, other=other)))
-        if st.batch_dim is None:
+                          controls.candidates(reference, feeds, batch_dim=st.batch_dim, other=other), None))
+        if st.batch_dim is None or not feeds:
             continue
+        aligned = batch_aligned(reference, st.batch_dim, next(iter(feeds.values())).shape[st.batch_dim])
         for size, path in ws.batch_outputs(key, runner_key, stem):
-            cut = batch_of(reference, st.batch_dim, size)
+            cut = batch_of({k: reference[k] for k in aligned}, st.batch_dim, size)
             other_cut = tuple(batch_of(x, st.batch_dim, size) for x in other) if other else None
             pairs.append((f"sample {stem}, batch {size}", npz.load(path), cut,
                           controls.candidates(cut, batch_of(feeds, st.batch_dim, size), batch_dim=st.batch_dim,
-                                              other=other_cut)))
+                                              other=other_cut), aligned))
     return pairs
 
 
@@ -206,16 +209,16 @@ def _check_tolerances(ws, st, key: str, policy: GatePolicy) -> list[Check]:
                                     f"runner not run here: {rs.verify.reason}", skipped=True))
             continue
         pairs = _stored_pairs(ws, st, key, rk)
-        scales = {name: robust_magnitude([ref[name] for _, _, ref, _ in pairs if name in ref]) for name in outputs}
+        scales = {name: robust_magnitude([ref[name] for _, _, ref, _, _ in pairs if name in ref]) for name in outputs}
         rules = {name: _rule(st, key, rk, name, policy, scales[name]) for name in outputs}
         accs = {name: Accumulator(name, rule, batch_dim=st.batch_dim, scale=scales[name])
                 for name, (rule, _) in rules.items()}
         if pairs:
             with G_LOGGER.verbosity(G_LOGGER.CRITICAL):    # Polygraphy prints a report per comparison
-                for label, out, ref, cands in pairs:
+                for label, out, ref, cands, names in pairs:
                     compare_outputs(out, ref, accs, allow_nan=bool(cfg.get("allow_nan")),
                                     error_stat=cfg.get("error_stat") or "elemwise", where=f" ({label})",
-                                    candidates=cands)
+                                    candidates=cands, names=names)
         for name in outputs:
             rule, origin = rules[name]
             cname = f"{key} [{rk}] {name}"

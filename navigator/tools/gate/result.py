@@ -63,21 +63,25 @@ class GateResult:
     # -- JUnit XML -----------------------------------------------------------
     def junit_xml(self) -> str:
         """``<testsuites><testsuite name="navigator-gate">`` with one test case per check."""
+        return junit_document([self])
+
+    def junit_suite(self, parent, *, model: str | None = None) -> None:
+        """Append this result's ``<testsuite>`` to ``parent``; with ``model`` (several workspaces in
+        one file) the suite is ``navigator-gate.<model>`` and its classes ``navigator.gate.<model>.<kind>``."""
         import xml.etree.ElementTree as ET
 
         n = self.counts()
-        suites = ET.Element("testsuites", name="navigator", tests=str(len(self.checks)),
-                            failures=str(n["failed"]), skipped=str(n["skipped"]), errors="0")
-        suite = ET.SubElement(suites, "testsuite", name="navigator-gate", tests=str(len(self.checks)),
-                              failures=str(n["failed"]), skipped=str(n["skipped"]), errors="0", time="0",
-                              timestamp=self.created)
+        where = f".{model}" if model else ""
+        suite = ET.SubElement(parent, "testsuite", name=_xml_safe(f"navigator-gate{where}"),
+                              tests=str(len(self.checks)), failures=str(n["failed"]), skipped=str(n["skipped"]),
+                              errors="0", time="0", timestamp=self.created)
         props = ET.SubElement(suite, "properties")
         ET.SubElement(props, "property", name="workspace", value=_xml_safe(self.workspace))
         if self.baseline:
             ET.SubElement(props, "property", name="baseline", value=_xml_safe(self.baseline))
         for c in self.checks:
-            case = ET.SubElement(suite, "testcase", classname=f"navigator.gate.{c.kind}", name=_xml_safe(c.name),
-                                 time="0")
+            case = ET.SubElement(suite, "testcase", classname=_xml_safe(f"navigator.gate{where}.{c.kind}"),
+                                 name=_xml_safe(c.name), time="0")
             if c.skipped:
                 ET.SubElement(case, "skipped", message=_xml_safe(c.message))
             elif not c.passed:
@@ -86,16 +90,12 @@ class GateResult:
             else:
                 out = ET.SubElement(case, "system-out")
                 out.text = _xml_safe(c.message)
-        ET.indent(suites)
-        text = '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
-        ET.fromstring(text.split("\n", 1)[1])     # it must parse: a CI report that does not is worse than none
-        return text
 
     # -- markdown --------------------------------------------------------------
-    def markdown(self) -> str:
+    def markdown(self, *, title: str = "Navigator gate", level: int = 2) -> str:
         icons = {"passed": "✅", "failed": "❌", "skipped": "⏭️"}
         n = self.counts()
-        lines = [f"## Navigator gate: {'✅ passed' if self.passed else '❌ failed'}", "",
+        lines = [f"{'#' * level} {title}: {'✅ passed' if self.passed else '❌ failed'}", "",
                  f"Workspace `{Path(self.workspace).name}`"
                  + (f", baseline `{Path(self.baseline).name}`" if self.baseline else "")
                  + f": {len(self.checks)} checks, {n['passed']} passed, {n['failed']} failed, "
@@ -124,6 +124,23 @@ class GateResult:
                 raise UserInputError(f"{option} {target}: is a folder; give a file path")
             write_text(target, text())
         return ws.gate_report
+
+
+def junit_document(results: list["GateResult"], names: list[str] | None = None) -> str:
+    """One JUnit file: ``<testsuites>`` with one ``<testsuite>`` per result (``names``: the
+    models, when there are several workspaces)."""
+    import xml.etree.ElementTree as ET
+
+    counts = [r.counts() for r in results]
+    suites = ET.Element("testsuites", name="navigator", tests=str(sum(len(r.checks) for r in results)),
+                        failures=str(sum(n["failed"] for n in counts)),
+                        skipped=str(sum(n["skipped"] for n in counts)), errors="0")
+    for i, r in enumerate(results):
+        r.junit_suite(suites, model=names[i] if names else None)
+    ET.indent(suites)
+    text = '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+    ET.fromstring(text.split("\n", 1)[1])     # it must parse: a CI report that does not is worse than none
+    return text
 
 
 _XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")

@@ -97,6 +97,16 @@ def test_find_in_a_workdir_with_two_workspaces(tmp_path):
     assert f"holds 2 workspaces (a{SUFFIX}, b{SUFFIX}); name one of them" in str(info.value)
 
 
+def test_find_all(tmp_path):
+    b = _make_ws(tmp_path / f"b{SUFFIX}")
+    a = _make_ws(tmp_path / f"a{SUFFIX}")
+    (tmp_path / f"half{SUFFIX}").mkdir()           # no status.yaml: not a workspace
+    assert [ws.root for ws in Workspace.find_all(tmp_path)] == [a.resolve(), b.resolve()]
+    assert [ws.root for ws in Workspace.find_all(a)] == [a.resolve()]
+    with pytest.raises(UserInputError, match="not a Navigator workspace"):
+        Workspace.find_all(tmp_path / f"half{SUFFIX}")
+
+
 def test_find_in_a_folder_with_no_workspace(tmp_path):
     (tmp_path / "x").mkdir()
     with pytest.raises(UserInputError, match="not a Navigator workspace"):

@@ -1,0 +1,235 @@
+"""A hostile battery: inputs built to hurt (YAML bombs, npz headers that lie, absurd numbers,
+non-UTF-8 names, a closed pipe, files that are not what their name says, graphs at the edge of
+what ONNX allows). Each either works or ends with one clear error line and exit 2; nothing is
+left half-written, nothing hangs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import yaml
+from onnx import TensorProto, helper, numpy_helper
+
+from ..conftest import one_line_error
+
+pytestmark = pytest.mark.functional
+
+FAST = ["--no-profile", "--device", "cpu", "--targets", "onnx", "--timeout", "120"]
+
+
+def _graph_model(path: Path, nodes, inputs, outputs, initializers=()) -> Path:
+    model = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, list(initializers)),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def _nothing_in(workdir: Path) -> None:
+    assert not workdir.exists() or not any(workdir.iterdir()), sorted(workdir.iterdir())
+
+
+# ---------------------------------------------------------------- option files built to hurt
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n" \
+       "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+
+
+@pytest.mark.parametrize("text, needles", [
+    (BOMB, ("aliases",)),
+    ("max_batch_size: " + "[" * 5000 + "]" * 5000 + "\n", ("nested too deeply",)),
+    ("max_batch_size: 3000000000\n", ("max_batch_size", "32-bit")),
+    ("sample_count: 1000000\n", ("sample_count", "10000")),
+    ("timeout: .nan\n", ("timeout", "finite")),
+    ("profile_budget_s: .inf\n", ("profile_budget_s", "finite")),
+    ("worker_memory_gb: -1\n", ("worker_memory_gb",)),
+    ("batch_dim: 1000\n", ("batch_dim",)),
+    ("converter_params: {onnx_to_onnx_optimized: {slim: \"no\"}}\n", ("onnx_to_onnx_optimized", "slim", "bool")),
+    ("converter_params: {onnx_to_onnx_optimized: {slim: null}}\n", ("slim", "null")),
+])
+def test_hostile_option_files(cli, tmp_path, onnx_model, text, needles):
+    cfg = tmp_path / "nav.yaml"
+    cfg.write_text(text)
+    one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--config-path", cfg, *FAST,
+                       timeout=120), *needles)
+    _nothing_in(tmp_path / "wd")
+
+
+def test_an_option_file_over_a_mebibyte_is_not_parsed(cli, tmp_path, onnx_model):
+    cfg = tmp_path / "nav.yaml"
+    cfg.write_text("# padding\n" * 120_000 + "max_batch_size: 8\n")
+    one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--config-path", cfg, *FAST),
+                   "bytes", "larger")
+
+
+def test_a_gate_policy_with_aliases_is_refused(cli, tmp_path, onnx_model):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("require_formats: &f [onnx]\nalso: *f\n")
+    r = cli("convert", onnx_model(), "--workdir", tmp_path / "wd", *FAST)
+    assert r.returncode == 0, r.stderr
+    one_line_error(cli("gate", tmp_path / "wd", "--policy", policy), "aliases")
+
+
+# ---------------------------------------------------------------- samples that lie
+
+def _npz_with_lying_header(path: Path) -> None:
+    """A valid zip holding ids.npy whose header claims 2**36 x 16 int64 (8 TiB) over 128 bytes."""
+    header = {"descr": "<i8", "fortran_order": False, "shape": (2**36, 16)}
+    import io
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, header)
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("ids.npy", buf.getvalue() + b"\0" * 128)
+
+
+def test_npz_header_claiming_terabytes(cli, tmp_path, onnx_model):
+    folder = tmp_path / "samples"
+    folder.mkdir()
+    _npz_with_lying_header(folder / "000.npz")
+    one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--samples", folder, *FAST),
+                   "000.npz", "claims shape")
+    _nothing_in(tmp_path / "wd")
+
+
+def test_generated_samples_too_large_for_memory(cli, tmp_path, onnx_model):
+    one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--shapes", "ids:100000x100000",
+                       *FAST), "GiB", "--samples")
+    _nothing_in(tmp_path / "wd")
+
+
+def test_a_folder_of_many_samples_takes_the_first_ten(cli, tmp_path, onnx_model):
+    folder = tmp_path / "samples"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(14):
+        np.savez(folder / f"{i:03d}.npz", ids=rng.integers(0, 1000, size=(2, 16)).astype(np.int64))
+    r = cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--samples", folder, *FAST)
+    assert r.returncode == 0, r.stderr
+    ws = tmp_path / "wd" / "token_classifier.nav.workspace"
+    assert "taking the first 10 of 14" in r.stdout
+    st = yaml.safe_load((ws / "status.yaml").read_text())
+    assert st["samples"]["count"] - len(st["samples"]["corners"]) == 10
+
+
+# ---------------------------------------------------------------- models at the edge of ONNX
+
+def test_a_string_input_is_refused_before_any_folder(cli, tmp_path):
+    model = _graph_model(tmp_path / "m" / "text.onnx", [helper.make_node("Identity", ["s"], ["o"])],
+                         [helper.make_tensor_value_info("s", TensorProto.STRING, ["b"])],
+                         [helper.make_tensor_value_info("o", TensorProto.STRING, ["b"])])
+    one_line_error(cli("convert", model, "--workdir", tmp_path / "wd", *FAST), "'s'", "string tensor")
+    _nothing_in(tmp_path / "wd")
+
+
+def test_a_fixed_zero_dim_is_refused_not_made_dynamic(cli, tmp_path):
+    model = _graph_model(tmp_path / "m" / "empty.onnx", [helper.make_node("Relu", ["x"], ["y"])],
+                         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 0])],
+                         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 0])])
+    one_line_error(cli("convert", model, "--workdir", tmp_path / "wd", *FAST), "'x'", "dim 1 of size 0")
+    _nothing_in(tmp_path / "wd")
+
+
+def test_truncated_external_data_is_named(cli, tmp_path):
+    w = numpy_helper.from_array(np.ones((64, 64), np.float32), "w")
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 64])], [w]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "m" / "ext.onnx"
+    path.parent.mkdir()
+    onnx.save(model, str(path), save_as_external_data=True, location="ext.data", size_threshold=0)
+    data = (path.parent / "ext.data").read_bytes()
+    (path.parent / "ext.data").write_bytes(data[: len(data) // 2])
+    one_line_error(cli("convert", path, "--workdir", tmp_path / "wd", *FAST), "ext.data", "truncated", "'w'")
+    _nothing_in(tmp_path / "wd")
+
+
+def test_nonzero_outputs_are_compared_at_the_samples_batch_only(cli, tmp_path):
+    """NonZero's [2, n] does not hold batch rows: cutting it to batch 1 compared unrelated
+    numbers and failed every format; now it is compared where it means something, and still
+    can fail there (the batched output beside it is cut as usual)."""
+    model = _graph_model(tmp_path / "m" / "nz.onnx",
+                         [helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Relu", ["x"], ["y"])],
+                         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4])],
+                         [helper.make_tensor_value_info("nz", TensorProto.INT64, [2, "n"]),
+                          helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 4])])
+    r = cli("convert", model, "--workdir", tmp_path / "wd", "--no-profile", "--device", "cpu", "--targets",
+            "onnx,openvino")
+    assert r.returncode == 0, r.stdout + r.stderr
+    st = yaml.safe_load((tmp_path / "wd" / "nz.nav.workspace" / "status.yaml").read_text())
+    for key in ("onnx", "openvino"):
+        (runner,) = st["formats"][key]["runners"].values()
+        assert runner["verify"]["status"] == "ok"
+        assert runner["verify"]["outputs"]["nz"]["mode"] == "exact"
+        assert 1 in runner["verify"]["batch_sizes"]      # y was still compared at batch 1
+
+
+@pytest.mark.parametrize("content", [b"\x00" * 3000, b"PK\x03\x04" + b"\x01" * 200])
+def test_a_pt2_that_is_not_one(cli, tmp_path, content):
+    bad = tmp_path / "model.pt2"
+    bad.write_bytes(content)
+    line = one_line_error(cli("convert", bad, "--workdir", tmp_path / "wd", *FAST), "model.pt2", "ExportedProgram")
+    assert "W1" not in line
+    _nothing_in(tmp_path / "wd")
+
+
+# ---------------------------------------------------------------- names and pipes
+
+def test_a_workdir_whose_name_is_not_utf8(cli, tmp_path, onnx_model):
+    workdir = os.fsdecode(os.fsencode(str(tmp_path)) + b"/wd\xfe")
+    line = one_line_error(cli("convert", onnx_model(), "--workdir", workdir, *FAST), "UTF-8")
+    assert "\\xfe" in line
+    assert not Path(workdir).exists()
+
+
+def test_a_model_file_whose_name_is_not_utf8(cli, tmp_path, onnx_model):
+    odd = Path(os.fsdecode(os.fsencode(str(tmp_path)) + b"/m\xff.onnx"))
+    odd.write_bytes(onnx_model().read_bytes())
+    r = cli("convert", odd, "--workdir", tmp_path / "wd", "--targets", "onnx,onnx-fp16", "--no-profile",
+            "--device", "cpu")
+    assert r.returncode == 0, r.stdout + r.stderr
+    ws = next((tmp_path / "wd").iterdir())
+    st = yaml.safe_load((ws / "status.yaml").read_text())
+    assert os.fsencode(st["model"]["path"]) == os.fsencode(str(odd))     # the very file, byte for byte
+    assert st["formats"]["onnx-fp16"]["runners"]["onnxruntime-cpu"]["verify"]["status"] == "ok"
+
+
+def test_a_closed_pipe_does_not_stop_the_run(tmp_path, onnx_model):
+    """`navigator convert … | head -1`: the reader goes away after one line; the run still
+    finishes, exits 0 and leaves a complete workspace."""
+    cmd = (f"{sys.executable} -m navigator convert {onnx_model()} --workdir {tmp_path / 'wd'} "
+           "--targets onnx,onnx-fp16 --no-profile --device cpu | head -1")
+    r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=300,
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.splitlines()) == 1 and "Traceback" not in r.stderr
+    st = yaml.safe_load((tmp_path / "wd" / "token_classifier.nav.workspace" / "status.yaml").read_text())
+    assert st["state"] == "complete"
+    assert st["formats"]["onnx-fp16"]["runners"]["onnxruntime-cpu"]["verify"]["status"] == "ok"
+
+
+def test_a_package_folder_in_the_working_directory_shadows_nothing(tmp_path, onnx_model):
+    """Run from a folder holding `navigator/` and `triton/` packages of other code (a checkout, or
+    the `triton/` folders `navigator triton` writes): workers start with `python -P`, so they
+    import the installed navigator, not the folder's (which would fail every step here)."""
+    for name in ("navigator", "triton"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(f"raise ImportError('the wrong {name}')\n")
+    script = Path(sys.executable).parent / "navigator"
+    if not script.is_file():
+        pytest.skip(f"no installed navigator script beside {sys.executable}")
+    r = subprocess.run([str(script), "convert", str(onnx_model()), "--workdir", str(tmp_path / "wd"), *FAST],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "the wrong" not in r.stdout + r.stderr
