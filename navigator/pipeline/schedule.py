@@ -97,6 +97,8 @@ def run_parallel(ctx: RunContext, planned, run_item) -> None:
 
     def one(item, **how) -> str:
         with ctx.lock:
+            if ctx.cancel.is_set():   # stopped before its turn came
+                raise KeyboardInterrupt
             run_item(ctx, item, **how)
         return item.key
 
@@ -113,38 +115,41 @@ def run_parallel(ctx: RunContext, planned, run_item) -> None:
 
     try:
         with ThreadPoolExecutor(max_workers=ctx.jobs, thread_name_prefix="navigator-format") as pool:
-            if live_source is not None:
-                pending.pop(0)
-                finished, _ = wait({pool.submit(one, live_source, verify=False)})
-                done.update(f.result() for f in finished)
-                running = set()
-            else:
-                running = {pool.submit(one, pending.pop(0))} if pending else set()
-            while pending or running or live_source is not None:
-                if live_source is not None and all(c.key in done or c.key in ctx.converted for c in children):
-                    running.add(pool.submit(one, live_source, convert=False))
-                    live_source = None
-                for item in [p for p in pending if ready(p)][:max(0, ctx.jobs - len(running))]:
-                    pending.remove(item)
-                    running.add(pool.submit(one, item))
-                if not running:   # a parent that was never planned: run the rest in order
-                    running.add(pool.submit(one, pending.pop(0)))
-                finished, running = _wait_some(ctx, running)
-                done.update(f.result() for f in finished)
+            try:
+                _schedule(ctx, pool, one, pending, done, ready, live_source, children)
+            except BaseException:   # Ctrl-C wherever it lands, or an error: stop every worker first,
+                ctx.cancel.set()    # then the pool's exit waits for their threads
+                raise
     finally:
         ctx.lock = ctx.cancel = ctx.reference_ready = ctx.gate = ctx.in_process = None
 
 
-def _wait_some(ctx: RunContext, futures: set):
-    """Wait a moment for any of ``futures`` (the reference may become ready meanwhile); on an
-    error or Ctrl-C stop every worker and re-raise."""
-    try:
-        finished, rest = wait(futures, timeout=0.1, return_when=FIRST_COMPLETED)
-        for f in finished:
-            if f.exception() is not None:
-                raise f.exception()
-        return finished, rest
-    except BaseException:
-        ctx.cancel.set()
-        wait(futures)
-        raise
+def _schedule(ctx: RunContext, pool, one, pending: list, done: set, ready, live_source, children) -> None:
+    if live_source is not None:
+        pending.pop(0)
+        finished, _ = wait({pool.submit(one, live_source, verify=False)})
+        done.update(f.result() for f in finished)
+        running = set()
+    else:
+        running = {pool.submit(one, pending.pop(0))} if pending else set()
+    while pending or running or live_source is not None:
+        if live_source is not None and all(c.key in done or c.key in ctx.converted for c in children):
+            running.add(pool.submit(one, live_source, convert=False))
+            live_source = None
+        for item in [p for p in pending if ready(p)][:max(0, ctx.jobs - len(running))]:
+            pending.remove(item)
+            running.add(pool.submit(one, item))
+        if not running:   # a parent that was never planned: run the rest in order
+            running.add(pool.submit(one, pending.pop(0)))
+        finished, running = _wait_some(running)
+        done.update(f.result() for f in finished)
+
+
+def _wait_some(futures: set):
+    """Wait a moment for any of ``futures`` (the reference may become ready meanwhile); re-raise
+    the error of one that failed."""
+    finished, rest = wait(futures, timeout=0.1, return_when=FIRST_COMPLETED)
+    for f in finished:
+        if f.exception() is not None:
+            raise f.exception()
+    return finished, rest
