@@ -10,9 +10,11 @@ use) and taking onnxruntime for onnxruntime-gpu; torch is pinned to 2.13.0.
 
 Per model and round the tools run alternately, each in a fresh Python process:
 Model Navigator as shipped (`mn`), Navigator (`nav`), Model Navigator made comparable
-(`mn-fair`), Navigator again, and Navigator with Model Navigator's profiling window
-(`nav-eq`). `mn-fair` differs from `mn` in two switches only: `torch.cuda.synchronize` is
-a no-op in every process of that venv (a .pth hook that acts only when
+(`mn-fair`), Navigator as it was before issue #20 (`nav-seq`: `no_race=True, jobs=1`, one
+format at a time, each profiled to full depth in its own worker), Navigator again, and
+Navigator with Model Navigator's profiling window (`nav-eq`). `mn-fair` differs from `mn`
+in two switches only: `torch.cuda.synchronize` is a no-op in every process of that venv
+(the import hook module HOOKS_MODULE, imported by a .pth, acting only when
 NAVBENCH_NO_CUDA_SYNC=1 is set by this script; its torch runners call it on CPU builds and
 fail), and `autocast=False` in TorchConfig / TorchScriptConfig / TorchExportConfig (its
 default bf16 autocast on CPU is emulated and slow). Both tools get the same live module or
@@ -24,9 +26,11 @@ off). Profiling settings are each tool's own defaults, which nearly agree: 3-10 
 until the last 3 agree within 10%, batch sizes doubling while throughput gains >= 5%
 (Model Navigator: windows of 25 inferences, 2 more sizes after a gain < 5%; Navigator:
 windows of >= 0.1 s and >= 10 inferences, a 20 s budget per format). `nav-eq` sets
-Navigator's window to 25 inferences with no minimum duration (a sitecustomize on that
-run's PYTHONPATH, inherited by its workers), to show the pipelines apart from the
-profiling effort.
+Navigator's window to 25 inferences with no minimum duration (the same hook module, imported
+by a sitecustomize on that run's PYTHONPATH and inherited by its workers, acting when
+NAVBENCH_EQUAL_WINDOWS=1), to show the pipelines apart from the profiling effort. Each
+Navigator run prints its phase timings (prepare, convert + verify, race), which the "where
+the time goes" table shows beside the sums of the recorded step durations.
 
 Process starts are counted with `strace -f --seccomp-bpf -e trace=execve`: every
 successful execve in the tool's process tree after its own start (Python interpreters
@@ -68,74 +72,79 @@ MODELS = {
     "transformer": ("torch", "examples/transformer_block.py:transformer_block", "ids int64 8x32 in [0, 1000)"),
     "onnx": ("onnx", "examples/tiny_classifier.onnx", "ids int64 8x16 in [0, 1000)"),
 }
-TOOLS = ("mn", "nav", "mn-fair", "nav", "nav-eq")   # the order of one round
+TOOLS = ("mn", "nav", "mn-fair", "nav-seq", "nav", "nav-eq")   # the order of one round
+# Navigator's options per tool: nav-seq is the pipeline before issue #20 (one format at a time, each
+# profiled to full depth in its own worker, no race)
+NAV_OPTIONS = {"nav": {}, "nav-eq": {}, "nav-seq": {"no_race": True, "jobs": 1}}
 ATOL, RTOL = 1e-5, 1e-4
 MAX_BATCH = 64
 
-# A .pth hook for the benchmark's own venv: with NAVBENCH_NO_CUDA_SYNC=1, torch.cuda.synchronize
-# becomes a no-op as torch.cuda is imported, in every process (Model Navigator spawns many).
-PATCH_PTH = "import _navbench_patch\n"
-PATCH_MODULE = '''"""Installed by Navigator's benchmarks/vs_model_navigator.py into its own venv only."""
+# One import hook module for both patches, each switched on by an environment variable that this
+# script sets only for the run that wants it: NAVBENCH_NO_CUDA_SYNC=1 (mn-fair) makes
+# torch.cuda.synchronize a no-op as torch.cuda is imported; NAVBENCH_EQUAL_WINDOWS=1 (nav-eq) gives
+# Navigator's profiler Model Navigator's window (25 inferences, no minimum duration). Installed twice,
+# the same file: imported by a .pth in the benchmark's Model Navigator venv (every process it spawns
+# gets it) and by a sitecustomize on the PYTHONPATH of a nav-eq run (Navigator's workers inherit it).
+HOOKS_NAME = "_navbench_hooks"
+HOOKS_MODULE = '''"""Written by Navigator's benchmarks/vs_model_navigator.py; inert unless its variables are set."""
 import os
 import sys
+
+
+def _after_import(name, patch):
+    """Call ``patch(module)`` right after module ``name`` is first imported."""
+    import importlib.abc
+    import importlib.machinery
+
+    class _Hook(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path, target=None):
+            if fullname != name:
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+            if spec is None or spec.loader is None:
+                return spec
+            inner = spec.loader.exec_module
+
+            def exec_module(module):
+                inner(module)
+                patch(module)
+            spec.loader.exec_module = exec_module
+            sys.meta_path.remove(self)
+            return spec
+
+    sys.meta_path.insert(0, _Hook())
+
+
+def _no_cuda_sync(module):
+    module.synchronize = lambda device=None: None
+
+
+def _equal_windows(module):
+    original = module.ProfileSettings
+
+    def settings(*args, **kwargs):
+        s = original(*args, **kwargs)
+        s.window_s, s.window_min_iters = 0.0, 25
+        return s
+    module.ProfileSettings = settings
+
 
 if os.environ.get("NAVBENCH_NO_CUDA_SYNC") == "1":
-    import importlib.abc
-    import importlib.machinery
-
-    class _Hook(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path, target=None):
-            if name != "torch.cuda":
-                return None
-            spec = importlib.machinery.PathFinder.find_spec(name, path)
-            if spec is None or spec.loader is None:
-                return spec
-            inner = spec.loader.exec_module
-
-            def exec_module(module):
-                inner(module)
-                module.synchronize = lambda device=None: None
-            spec.loader.exec_module = exec_module
-            sys.meta_path.remove(self)
-            return spec
-
-    sys.meta_path.insert(0, _Hook())
-'''
-
-# For `nav-eq` only, put on PYTHONPATH of that run (Navigator's workers inherit it): profiling
-# windows of 25 inferences with no minimum duration, Model Navigator's default window.
-EQUAL_WINDOWS_SITECUSTOMIZE = '''"""Written by Navigator's benchmarks/vs_model_navigator.py for its nav-eq runs only."""
-import os
-import sys
-
+    _after_import("torch.cuda", _no_cuda_sync)
 if os.environ.get("NAVBENCH_EQUAL_WINDOWS") == "1":
-    import importlib.abc
-    import importlib.machinery
-
-    class _Hook(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path, target=None):
-            if name != "navigator.execution.profiling":
-                return None
-            spec = importlib.machinery.PathFinder.find_spec(name, path)
-            if spec is None or spec.loader is None:
-                return spec
-            inner = spec.loader.exec_module
-
-            def exec_module(module):
-                inner(module)
-                original = module.ProfileSettings
-
-                def settings(*args, **kwargs):
-                    s = original(*args, **kwargs)
-                    s.window_s, s.window_min_iters = 0.0, 25
-                    return s
-                module.ProfileSettings = settings
-            spec.loader.exec_module = exec_module
-            sys.meta_path.remove(self)
-            return spec
-
-    sys.meta_path.insert(0, _Hook())
+    _after_import("navigator.execution.profiling", _equal_windows)
 '''
+
+
+def install_hooks(folder: Path, *, pth: bool) -> None:
+    """The hook module into ``folder`` (a site-packages: with a .pth importing it; else a
+    PYTHONPATH folder: with a sitecustomize importing it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{HOOKS_NAME}.py").write_text(HOOKS_MODULE)
+    (folder / (f"{HOOKS_NAME}.pth" if pth else "sitecustomize.py")).write_text(f"import {HOOKS_NAME}\n")
+    for old in ("_navbench_patch.py", "_navbench_patch.pth"):   # the two hooks of earlier versions
+        (folder / old).unlink(missing_ok=True)
+
 
 SAMPLES_CODE = '''
 def make_samples(model):
@@ -253,8 +262,10 @@ def main():
     source = load_factory(args["root"], spec) if kind == "torch" else f"{args['root']}/{spec}"
     targets = ["torchscript", "torch_export", "onnx"] if kind == "torch" else ["onnx"]
     result = navigator.convert(source, samples, targets=targets, workdir=args["workspace"], progress=False,
-                               max_batch_size=args["max_batch"], atol=ATOL, rtol=RTOL)
+                               max_batch_size=args["max_batch"], atol=ATOL, rtol=RTOL, **args["options"])
     print("NAVBENCH_INNER_S", time.perf_counter() - start, "exit", result.exit_code)
+    timings = {k: v for k, v in result.timings.items() if isinstance(v, (int, float))}
+    print("NAVBENCH_TIMINGS", json.dumps(timings))
 
 
 ATOL, RTOL = %r, %r
@@ -279,8 +290,7 @@ def ensure_mn_venv(venv: Path) -> Path:
         marker.write_text(f"triton-model-navigator=={MN_VERSION}\n")
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                check=True, capture_output=True, text=True).stdout.strip())
-    (site / "_navbench_patch.py").write_text(PATCH_MODULE)
-    (site / "_navbench_patch.pth").write_text(PATCH_PTH)
+    install_hooks(site, pth=True)
     return python
 
 
@@ -342,7 +352,7 @@ def run_tool(tool: str, model: str, python_by_tool: dict, scripts: dict, tmp: Pa
     ws = tmp / f"{model}-{tool}-{time.monotonic_ns()}"
     ws.mkdir()
     args = {"kind": kind, "spec": spec, "model": model, "root": str(ROOT), "workspace": str(ws / "workspace"),
-            "fair": tool == "mn-fair", "max_batch": MAX_BATCH}
+            "fair": tool == "mn-fair", "max_batch": MAX_BATCH, "options": NAV_OPTIONS.get(tool, {})}
     env = dict(os.environ)
     env.pop("NAVBENCH_NO_CUDA_SYNC", None)
     if tool == "mn-fair":
@@ -358,7 +368,7 @@ def run_tool(tool: str, model: str, python_by_tool: dict, scripts: dict, tmp: Pa
     cmd = [python, scripts[kind_], json.dumps(args)]
     if shutil.which("strace"):
         cmd = ["strace", "-f", "--seccomp-bpf", "-qq", "-e", "trace=execve", "-o", str(trace)] + cmd
-    load = float(Path("/proc/loadavg").read_text().split()[0]) if Path("/proc/loadavg").exists() else None
+    load = loadavg()
     import resource
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -370,9 +380,19 @@ def run_tool(tool: str, model: str, python_by_tool: dict, scripts: dict, tmp: Pa
     (ws / "tool.log").write_text(proc.stdout + proc.stderr)
     execs = count_execs(trace) if trace.exists() else {"total": None, "python": None, "other": None}
     summary = (summarize_nav if tool.startswith("nav") else summarize_mn)(ws / "workspace")
+    timings = re.search(r"^NAVBENCH_TIMINGS (.*)$", proc.stdout, flags=re.M)
     summary.update(tool=tool, model=model, wall_s=wall, cpu_s=cpu, returncode=proc.returncode, execs=execs,
-                   log=str(ws / "tool.log"), load=load)
+                   log=str(ws / "tool.log"), load=load, load_after=loadavg(),
+                   timings=json.loads(timings.group(1)) if timings else {})
     return summary
+
+
+def loadavg() -> float | None:
+    """The 1-minute load average (other jobs on the machine make every figure noisy)."""
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def summarize_nav(workdir: Path) -> dict:
@@ -460,18 +480,26 @@ def table(rows: list[dict]) -> list[str]:
 
 
 def breakdown(rows: list[dict]) -> list[str]:
-    """Where a Navigator run's wall time went, from its status.yaml: the sums of the recorded
-    step durations (verify includes loading the runner, e.g. torch.compile's compile) and the
-    rest (process start, imports, samples, reference, workspace writes)."""
-    header = "| model | tool | wall s | convert s | verify s (of it loading) | profile s | rest s |"
+    """Where a Navigator run's wall time went. Phases from the run's own timings: prepare (open the
+    source, samples, reference in the calling process), the convert + verify phase (format workers,
+    in parallel unless nav-seq), the race (the profiling worker; nav-seq profiles inside the format
+    workers, so its profiling is in the convert + verify phase), and the rest (interpreter start,
+    imports, choosing best, writing the record). Then the sums of the recorded step durations
+    (verify includes loading the runner, e.g. torch.compile's compile; sums of parallel steps can
+    exceed their phase's wall time)."""
+    header = ("| model | tool | wall s | prepare s | convert + verify phase s | race s | rest s | "
+              "step sums: convert s | verify s (of it loading) | profile s |")
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for r in rows:
         st = r.get("stages")
         if not st:
             continue
-        rest = r["wall_s"] - st["convert"] - st["verify"] - st["profile"]
-        lines.append(f"| {r['model']} | {r['tool']} | {r['wall_s']:.1f} | {st['convert']:.1f} | {st['verify']:.1f} "
-                     f"({st['load']:.1f}) | {st['profile']:.1f} | {rest:.1f} |")
+        t = r.get("timings") or {}
+        phases = [t.get("prepare_s"), t.get("formats_s"), t.get("race_s")]
+        shown = [f"{v:.1f}" if v is not None else "n/a" for v in phases]
+        rest = r["wall_s"] - sum(v for v in phases if v is not None)
+        lines.append(f"| {r['model']} | {r['tool']} | {r['wall_s']:.1f} | {' | '.join(shown)} | {rest:.1f} | "
+                     f"{st['convert']:.1f} | {st['verify']:.1f} ({st['load']:.1f}) | {st['profile']:.1f} |")
     return lines
 
 
@@ -481,7 +509,7 @@ def summary_lines(rows: list[dict]) -> list[str]:
     lines = []
     for model in dict.fromkeys(r["model"] for r in rows):
         pick = {t: [r for r in rows if r["model"] == model and r["tool"] == t and r["returncode"] == 0]
-                for t in ("mn", "mn-fair", "nav", "nav-eq")}
+                for t in ("mn", "mn-fair", "nav", "nav-seq", "nav-eq")}
         if not pick["nav"] or not pick["mn-fair"]:
             continue
         wall = {t: [r["wall_s"] for r in rs] for t, rs in pick.items() if rs}
@@ -494,6 +522,9 @@ def summary_lines(rows: list[dict]) -> list[str]:
                      f"{low['mn-fair']:.1f} s{shipped}. Navigator / comparable: **{med['nav'] / med['mn-fair']:.2f}** "
                      f"on medians, {low['nav'] / low['mn-fair']:.2f} on minima, "
                      f"{statistics.median(cpu['nav']) / statistics.median(cpu['mn-fair']):.2f} on CPU time.")
+        if "nav-seq" in med:
+            lines.append(f"  Navigator before #20 (`nav-seq`: one format at a time, full profile sweeps, no race): "
+                         f"{med['nav-seq']:.1f} s median; now / before: **{med['nav'] / med['nav-seq']:.2f}**.")
         if "nav-eq" in med:
             lines.append(f"  With Model Navigator's profiling window (25 inferences, `nav-eq`): {med['nav-eq']:.1f} s "
                          f"median / {low['nav-eq']:.1f} s min, **{med['nav-eq'] / med['mn-fair']:.2f}** of the "
@@ -523,8 +554,7 @@ def main() -> None:
     scripts["mn"].write_text(MN_CHILD % (ATOL, RTOL))
     scripts["nav"].write_text(NAV_CHILD % (ATOL, RTOL))
     scripts["eq"] = tmp / "equal_windows"
-    scripts["eq"].mkdir()
-    (scripts["eq"] / "sitecustomize.py").write_text(EQUAL_WINDOWS_SITECUSTOMIZE)
+    install_hooks(scripts["eq"], pth=False)
     pythons = {"mn": mn_python, "nav": Path(sys.executable)}
     rows: list[dict] = []
     try:
@@ -574,7 +604,8 @@ def main() -> None:
             "TorchConfig, TorchScriptConfig and TorchExportConfig; `nav` = Navigator (`navigator.convert` on the live "
             "module or the file); `nav-eq` = Navigator with Model Navigator's profiling window (25 inferences, no "
             "minimum duration, set through a sitecustomize on that run's PYTHONPATH; Navigator's own window is "
-            ">= 0.1 s and >= 10 inferences). Verified = (format, runner) pairs whose outputs pass atol 1e-5 / "
+            ">= 0.1 s and >= 10 inferences); `nav-seq` = Navigator as before issue #20 (`no_race=True, jobs=1`: one "
+            "format at a time, each profiled to full depth in its own worker). Verified = (format, runner) pairs whose outputs pass atol 1e-5 / "
             "rtol 1e-4 "
             "(Navigator's own check; Model Navigator's Correctness + VerifyModel with that verify_func); profiled = "
             "pairs with a throughput result. Profiling: each tool's defaults with max batch size 64 "
@@ -585,9 +616,12 @@ def main() -> None:
             "tool's process tree. Load avg before: /proc/loadavg (1 min) as the run started; other jobs on the machine "
             "make wall times and throughputs noisy, so the summary gives medians and minima.", "",
             *lines, "", *summary, "", "## Where Navigator's time goes", "",
-            "Sums of the step durations in each Navigator run's status.yaml (verify includes loading the runner, "
-            "e.g. the torch.compile compile); rest = wall - the steps: process start, imports, samples, reference "
-            "outputs, workspace writes.", "", *parts, ""]
+            "Phases from each Navigator run's own timings: prepare (source, samples, reference in the calling "
+            "process), the convert + verify phase (format workers; in parallel except `nav-seq`, whose profiling "
+            "happens in this phase), the race (the profiling worker), rest = wall - the phases (interpreter start, "
+            "imports, best, record). Then the sums of the step durations in status.yaml (verify includes loading "
+            "the runner, e.g. the torch.compile compile; parallel steps' sums can exceed their phase).", "",
+            *parts, ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(text))
     print(f"\nwritten: {args.out}")

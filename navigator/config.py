@@ -64,6 +64,10 @@ class NavigatorConfig:
     worker_memory_gb: float | None = None
     profile_budget_s: float | None = None
     no_profile: bool = False
+    # Formats converted and verified at once (worker processes); None/0: the machine's cores, bounded
+    # by its memory (navigator.pipeline.schedule). Profiling always runs alone.
+    jobs: int | None = None
+    no_race: bool = False                           # profile each format to full depth in its own worker
     allow_failures: bool = False
     force: bool = False
     verify_batch_sizes: tuple[int, ...] | None = None
@@ -357,6 +361,11 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
             if key == "trt_workspace_mb" and value < 1:
                 raise UserInputError(f"trt_workspace_mb: must be >= 1 MiB, got {value}")
             changes[key] = value
+        elif key == "jobs":
+            _check_type(key, value, int)
+            if value < 0:
+                raise UserInputError(f"jobs: must be >= 0 (0: one per core, bounded by memory), got {value}")
+            changes[key] = value
         elif key in ("sample_count", "max_batch_size", "batch_dim", "seed"):
             _check_type(key, value, int)
             if key != "seed" and value < (0 if key == "batch_dim" else 1):
@@ -376,7 +385,7 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
                                      f"{value}")
             changes[key] = float(value)
         elif key in ("no_batching", "no_profile", "allow_failures", "force", "allow_nan", "trt_version_compatible",
-                     "trust_remote_code"):
+                     "trust_remote_code", "no_race"):
             changes[key] = bool(_check_type(key, value, bool))
         elif key in ("workdir", "samples", "triton_repo"):
             changes[key] = os.fspath(_check_type(key, value, (str, os.PathLike)))

@@ -80,6 +80,11 @@ class Reporter:
         if self.mode == "rich":
             self._print(f"   … {key} {stage}" + (f" [{runner}]" if runner else ""), "dim")
 
+    def progress(self, key: str, stage: str, runner: str | None, elapsed_s: float) -> None:
+        """A step still running (navigator.pipeline.progress): its elapsed time."""
+        self._print(f"   … {key} {stage}" + (f" [{runner}]" if runner else "") + f": running for {elapsed_s:.0f} s",
+                    "dim")
+
     def step_end(self, key: str, stage: str, runner: str | None, result: dict) -> None:
         status = result.get("status", "ok")
         line = f"{self._icon(status)} {key} {stage}" + (f" [{runner}]" if runner else "")
@@ -121,8 +126,7 @@ class Reporter:
                    ["format", "runner", "convert", "verify", "profile", "best throughput"], summary_rows(status))
         if status.best:
             b = status.best
-            extra = f", {b.throughput:.1f}/s at batch {b.batch_size}" if b.throughput is not None else ""
-            self._print(f"best: {b.key} on {b.runner}{extra} (basis: {b.basis})")
+            self._print(best_line(b), None if b.note is None else "yellow")
         else:
             self._print("best: none (no format was verified)")
         for key, fs in status.formats.items():
@@ -132,6 +136,17 @@ class Reporter:
             self._print(f"{'not verified' if ': verification inconclusive: ' in f else 'failed'}: {f}", "red")
         if timings and "total_s" in timings:
             self._print(f"done in {timings['total_s']:.1f} s ({timings.get('process_starts', 0)} worker processes)")
+
+
+def best_line(b) -> str:
+    """The ``best:`` line: the pick, and how far it can be trusted (status.yaml's ``best``)."""
+    extra = f", {b.throughput:.1f}/s at batch {b.batch_size}" if b.throughput is not None else ""
+    line = f"best: {b.key} on {b.runner}{extra} (basis: {b.basis})"
+    if b.note:
+        return f"{line}; NOT A SURE PICK: {b.note}"
+    if b.separated and b.runner_up is not None:
+        return f"{line}; {b.margin:.2f}x ahead of {b.runner_up.key} on {b.runner_up.runner}, beyond the windows' spread"
+    return line
 
 
 def summary_rows(status) -> list[list[str]]:

@@ -186,6 +186,11 @@ class Workspace:
     def scratch_dirs(self, *, keep: bool) -> list[Path]:
         return [self.jobs_dir] if keep else [self.formats_dir, self.samples_dir, self.jobs_dir, self.report_dir]
 
+    @property
+    def race_log(self) -> Path:
+        """stdout/stderr of the race worker, which profiles every format (navigator.execution.race_job)."""
+        return self.jobs_dir / "race.log"
+
     def stale_partial_files(self) -> list[Path]:
         """Files that a writer killed mid-write left behind: the hidden temp files of atomic writes
         (``.<name>.<random>.tmp``, navigator.workspace.atomic) and copies in progress (``<name>.part``),

@@ -110,6 +110,9 @@ class ProfileStep(Record):
     results: list[ProfileResult] = field(default_factory=list)
     inputs_sha256: str | None = None   # what the measurement depends on: a re-run with the same reuses it
     log: str | None = None
+    # racing (v2, optional): "screening" = short screening windows only (out of the race early);
+    # "race" = the peak's figure comes from the interleaved race; None = a full sweep of its own
+    phase: str | None = None
 
     _nested: ClassVar = {"results": (ProfileResult, "list")}
 
@@ -181,12 +184,37 @@ class SamplesInfo(Record):
 
 
 @dataclass
+class RunnerUp(Record):
+    """The second-fastest verified (format, runner) at its peak, as ``best`` compares with it."""
+
+    key: str
+    runner: str
+    batch_size: int | None = None
+    throughput: float | None = None
+    spread: float | None = None
+
+
+@dataclass
 class Best(Record):
     key: str
     runner: str
     batch_size: int | None = None
     throughput: float | None = None
     basis: str = "profile"             # profile | preference
+    # how far the pick can be trusted (v2, optional; navigator.execution.racing):
+    spread: float | None = None        # the window spread of the best's figure
+    stable: bool | None = None         # its profile settled and its spread is within the stability bound
+    runner_up: RunnerUp | None = None
+    margin: float | None = None        # throughput ratio best / runner-up
+    separated: bool | None = None      # ahead by more than both figures' window spread
+    note: str | None = None            # why the pick is not to be trusted, or None
+
+    _nested: ClassVar = {"runner_up": (RunnerUp, "one")}
+
+    @property
+    def trusted(self) -> bool:
+        """Measured, stable and (when there is a runner-up) separated from it."""
+        return self.basis == "profile" and self.stable is not False and self.separated is not False
 
 
 @dataclass

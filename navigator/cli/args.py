@@ -91,7 +91,8 @@ class VerifyArgs(ArgGroup):
 
 class ProfileArgs(ArgGroup):
     title = "profiling and limits"
-    dests = ("timeout", "profile_budget_s", "no_profile", "runners", "profile_batch_sizes", "worker_memory_gb")
+    dests = ("timeout", "profile_budget_s", "no_profile", "runners", "profile_batch_sizes", "worker_memory_gb", "jobs",
+             "no_race")
 
     def add_to(self, parser):
         g = parser.add_argument_group(self.title)
@@ -101,6 +102,10 @@ class ProfileArgs(ArgGroup):
                             "of the machine's memory; 0: no limit)")
         g.add_argument("--profile-budget-s", type=float, metavar="S", help="profiling time per format (default 20)")
         g.add_argument("--no-profile", action="store_true", help="verify only; best by preference order")
+        g.add_argument("--jobs", type=int, metavar="N", help="formats converted and verified at once (default: one "
+                                                             "per core, bounded by memory); profiling runs alone")
+        g.add_argument("--no-race", action="store_true", help="profile every (format, runner) to full depth in its "
+                                                              "own worker instead of racing them")
         g.add_argument("--profile-batch-sizes", metavar="B,…",
                        help="measure exactly these batch sizes (default: 1, 2, 4 … until the gain is < 5%%)")
         g.add_argument("--runners", metavar="R,…", help="only these runners, e.g. onnxruntime,torch,torchscript "

@@ -207,10 +207,12 @@ def python_command(*args: str) -> list[str]:
 
 def run_worker(job: Job, job_path: Path, log_path: Path, *, stage_timeout_s: float,
                on_event: Callable[[Event], None] | None = None, env: dict | None = None,
-               memory_limit_gb: float | None = None) -> WorkerOutcome:
+               memory_limit_gb: float | None = None, cancel=None) -> WorkerOutcome:
     """Run one job in a worker, calling ``on_event`` for each event as it comes.
     ``memory_limit_gb``: kill the worker when its unreclaimable memory (with its
-    descendants') exceeds it; None or 0: no limit."""
+    descendants') exceeds it; None or 0: no limit. ``cancel`` (a threading.Event): when
+    set, the worker is stopped and KeyboardInterrupt raised, as on Ctrl-C -- how a run
+    watching several workers from threads stops them all (navigator.pipeline.schedule)."""
     events_path = Path(job.events)
     events_path.parent.mkdir(parents=True, exist_ok=True)
     events_path.write_text("")
@@ -263,6 +265,8 @@ def run_worker(job: Job, job_path: Path, log_path: Path, *, stage_timeout_s: flo
                 outcome.reason = (f"timed out after {stage_timeout_s:g} s in {open_stage.stage} "
                                   f"(--timeout); the worker was killed")
                 break
+            if cancel is not None and cancel.is_set():
+                raise KeyboardInterrupt
             time.sleep(POLL_S)
     except BaseException:
         stop_group(proc, grace_s=3.0)  # Ctrl-C or an error in the parent: never leave a worker behind

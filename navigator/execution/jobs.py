@@ -41,6 +41,8 @@ class VerifySpec(Record):
 class ProfileSpec(Record):
     batch_dim: int | None = None
     settings: dict = field(default_factory=dict)            # navigator.execution.profiling.ProfileSettings
+    race: bool = False   # measured in the race job (navigator.execution.race_job), not in the format's worker
+    screen: bool = False  # the run's only (format, runner): screened in its own worker, nothing to race
 
 
 @dataclass
@@ -122,12 +124,16 @@ class Job(Record):
     sys_path: list[str] = field(default_factory=list)
     log_level: str = "INFO"
     parent_pid: int | None = None
+    race: bool = False                   # the race job: screen and race the tasks' runners (race_job)
 
     _nested: ClassVar = {"tasks": (Task, "list")}
 
     # In-process jobs only (never serialized): the live source object, handed to the
     # runners and converters that need it (navigator.sources.torch_support.LiveModule).
     live: Any = field(default=None, repr=False, compare=False, metadata={"transient": True})
+    # In-process jobs only: a context manager held around each profile stage, so no worker runs
+    # beside a measurement made in this process (navigator.pipeline.context.RunContext.measure_gate).
+    measure_gate: Any = field(default=None, repr=False, compare=False, metadata={"transient": True})
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, default=str)
@@ -155,7 +161,7 @@ class Event(Record):
 
     task: int
     key: str
-    stage: str                           # reference | convert | verify | profile
+    stage: str                           # reference | convert | verify | profile | race
     event: str                           # start | end
     runner: str | None = None
     result: dict = field(default_factory=dict)

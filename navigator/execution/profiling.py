@@ -12,9 +12,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from navigator.execution.racing import separated, unstable
+
 STABILITY = 1.10          # max/min over the last 3 windows
 MIN_WINDOWS, MAX_WINDOWS, LAST = 3, 10, 3
 MIN_GAIN = 0.05           # stop the batch sweep below this throughput gain
+WARMUP_QUIET = 8          # warm-up ends after this many inferences without a new low
 
 
 @dataclass
@@ -24,7 +27,12 @@ class ProfileSettings:
     window_s: float = 0.1          # a window is at least this long ...
     window_min_iters: int = 10     # ... and at least this many inferences
     warmup_iters: int = 3
+    warmup_max_s: float = 2.0      # ... more while a JIT is still specialising (warm_up)
     batch_sizes: list[int] | None = None   # explicit sweep instead of doubling
+    max_windows: int = MAX_WINDOWS
+    # stop doubling also when the larger batch is not ahead of the best so far by more than
+    # both figures' window spread (navigator.execution.racing.separated): the screening's rule
+    stop_within_spread: bool = False
 
 
 @dataclass
@@ -54,26 +62,54 @@ def percentiles(latencies_s: list[float]) -> dict[str, float]:
         "mean": round(float(a.mean()), 4)}
 
 
+def warm_up(infer, feeds: dict, settings: ProfileSettings, deadline: float) -> int:
+    """At least ``warmup_iters`` inferences, then more while the latency still reaches new lows: a
+    JIT (TorchScript's profiling executor) runs ~10 slow inferences per new shape before its
+    optimised graph, each barely faster than the last, then drops 100x. Ends after
+    :data:`WARMUP_QUIET` inferences without a low 10% under the last one, ``warmup_max_s``, or the
+    deadline. Returns the inferences run."""
+    if settings.warmup_iters <= 0:
+        return 0
+    settle_by = min(deadline, time.perf_counter() + settings.warmup_max_s)
+    low, since, n = float("inf"), 0, 0
+    while n < settings.warmup_iters or since < WARMUP_QUIET:
+        if n and time.perf_counter() > (deadline if n < settings.warmup_iters else settle_by):
+            break
+        t0 = time.perf_counter()
+        infer(feeds)
+        took = time.perf_counter() - t0
+        n += 1
+        if took < 0.9 * low:
+            low, since = took, 0
+        else:
+            since += 1
+            low = min(low, took)
+    return n
+
+
+def window(infer, feeds: dict, settings: ProfileSettings, deadline: float = float("inf")) -> tuple[list[float], float]:
+    """One window: at least ``window_min_iters`` inferences and ``window_s`` seconds (the deadline
+    cuts it after one inference); returns each latency and the window's wall time (s)."""
+    lat: list[float] = []
+    start = time.perf_counter()
+    while len(lat) < settings.window_min_iters or time.perf_counter() - start < settings.window_s:
+        if lat and time.perf_counter() > deadline:
+            break   # the budget bounds a window too: a slow model must not run 10 more inferences
+        t0 = time.perf_counter()
+        infer(feeds)
+        lat.append(time.perf_counter() - t0)
+    return lat, time.perf_counter() - start
+
+
 def measure(infer, feeds: dict, batch_size: int, settings: ProfileSettings, deadline: float) -> tuple[dict, bool]:
     """Windows at one batch size; returns the result and whether it was stable."""
-    for i in range(settings.warmup_iters):
-        if i and time.perf_counter() > deadline:
-            break
-        infer(feeds)
+    warm_up(infer, feeds, settings, deadline)
     windows: list[tuple[float, float, list[float]]] = []   # (throughput, mean latency, latencies)
     stable = False
-    while len(windows) < MAX_WINDOWS:
-        lat: list[float] = []
-        start = time.perf_counter()
-        while len(lat) < settings.window_min_iters or time.perf_counter() - start < settings.window_s:
-            if lat and time.perf_counter() > deadline:
-                break   # the budget bounds a window too: a slow model must not run 10 more inferences
-            t0 = time.perf_counter()
-            infer(feeds)
-            lat.append(time.perf_counter() - t0)
-        elapsed = time.perf_counter() - start
+    while len(windows) < settings.max_windows:
+        lat, elapsed = window(infer, feeds, settings, deadline)
         windows.append((len(lat) * batch_size / elapsed, sum(lat) / len(lat), lat))
-        if len(windows) >= MIN_WINDOWS:
+        if len(windows) >= min(MIN_WINDOWS, settings.max_windows):
             last = windows[-LAST:]
             thr = [w[0] for w in last]
             mean = [w[1] for w in last]
@@ -109,7 +145,7 @@ def sweep(infer, sample: dict, batch_dim: int | None, settings: ProfileSettings)
         while b <= settings.max_batch_size:
             sizes.append(b)
             b *= 2
-    best = 0.0
+    best, lead = 0.0, None
     for i, size in enumerate(sizes):
         if time.perf_counter() > deadline:
             outcome.stable = False
@@ -121,7 +157,17 @@ def sweep(infer, sample: dict, batch_dim: int | None, settings: ProfileSettings)
             outcome.stable = False
             outcome.reason = outcome.reason or f"batch size {size}: throughput did not settle"
         gain = result["throughput"] / best - 1.0 if best else float("inf")
+        stop = gain < MIN_GAIN
+        if settings.stop_within_spread and lead is not None:
+            noisy = unstable(result["spread"]) or unstable(lead["spread"])
+            if noisy:   # too noisy to tell a gain within the spread: go on while this size is ahead at all
+                stop = result["throughput"] <= lead["throughput"]
+            else:       # a gain within the windows' spread is no gain
+                stop = stop or not separated(result["throughput"], result["spread"], lead["throughput"],
+                                             lead["spread"])
+        if lead is None or result["throughput"] > lead["throughput"]:
+            lead = result
         best = max(best, result["throughput"])
-        if not settings.batch_sizes and gain < MIN_GAIN:
+        if not settings.batch_sizes and stop:
             break
     return outcome

@@ -237,6 +237,10 @@ def run_profile(ws, task: Task, runner, io_names: dict) -> dict:
 
     prof = task.profile
     settings = ProfileSettings(**prof.settings)
+    if prof.screen:   # the run's only (format, runner): its screening is all there is to measure
+        from navigator.execution.race_job import SCREEN, SCREEN_BUDGET_S
+
+        settings = ProfileSettings(**(prof.settings | SCREEN | {"budget_s": min(settings.budget_s, SCREEN_BUDGET_S)}))
     sample = rename(npz.load(ws.input_files()[0]), io_names)
     if settings.batch_sizes == [0] and prof.batch_dim is not None:   # static shapes: the sample's batch
         own = next(iter(sample.values())).shape[prof.batch_dim]
@@ -247,4 +251,5 @@ def run_profile(ws, task: Task, runner, io_names: dict) -> dict:
         r["io"] = io
         log.info("batch %d: %.1f/s, p50 %.3f ms, p99 %.3f ms", r["batch_size"], r["throughput"],
                  r["latency_ms"]["p50"], r["latency_ms"]["p99"])
-    return {"stable": outcome.stable, "results": outcome.results, "reason": outcome.reason}
+    return {"stable": outcome.stable, "results": outcome.results, "reason": outcome.reason,
+            "phase": "screening" if prof.screen else None}

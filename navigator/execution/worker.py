@@ -88,7 +88,7 @@ def _run_stage(events: Events, task_index: int, key: str, stage: str, runner: st
     return result
 
 
-def _run_format(ws, events: Events, i: int, task: Task, live) -> None:
+def _run_format(ws, events: Events, i: int, task: Task, live, measure_gate=None) -> None:
     io_names = dict(task.io_names)
     if task.convert is not None:
         result = _run_stage(events, i, task.key, "convert", None, lambda: stages.run_convert(ws, task, live),
@@ -108,8 +108,11 @@ def _run_format(ws, events: Events, i: int, task: Task, live) -> None:
         result = _run_stage(events, i, task.key, "verify", spec.key, verify, ws.stage_log(task.key, "verify"))
         runner = holder.get("runner")
         if task.profile is not None and runner is not None and result["status"] == "ok":
-            _run_stage(events, i, task.key, "profile", spec.key,
-                       lambda: stages.run_profile(ws, task, runner, io_names), ws.stage_log(task.key, "profile"))
+            import contextlib
+
+            with (measure_gate or contextlib.nullcontext)():   # in-process: no worker beside the measurement
+                _run_stage(events, i, task.key, "profile", spec.key,
+                           lambda: stages.run_profile(ws, task, runner, io_names), ws.stage_log(task.key, "profile"))
         if runner is not None:
             runner.deactivate()
 
@@ -119,6 +122,10 @@ def run_job(job: Job) -> int:
 
     ws = Workspace(Path(job.workspace))
     events = Events(job.events)
+    if job.race:
+        from navigator.execution.race_job import run_race
+
+        return run_race(ws, events, job)
     for i, task in enumerate(job.tasks):
         if task.kind == "prepare":   # a factory source, opened here rather than in the calling process
             from navigator.pipeline.prepare import run_prepare
@@ -134,7 +141,7 @@ def run_job(job: Job) -> int:
             if result["status"] != "ok":
                 return 1
             continue
-        _run_format(ws, events, i, task, job.live)
+        _run_format(ws, events, i, task, job.live, job.measure_gate)
     return 0
 
 

@@ -8,9 +8,8 @@ workspace is exactly what ``navigator convert`` writes:
   any other is left ``skipped``) and no Triton repository yet. Runs beside other models' builds.
 * ``measure``: the model's options again (less ``force``): a re-run that resumes the build,
   reusing every unchanged conversion and kept profile, then verifies and profiles the rest. It
-  runs alone on its node, so its measurements share the machine with nothing of ours. (The
-  pipeline reuses a verdict only together with its profile, so those formats are verified again
-  here: the cheap part.)
+  runs alone on its node, so its measurements share the machine with nothing of ours. (A
+  verdict whose profile the build deferred is reused, and the profile measured in the race.)
 * ``full``: the model's options in one go (a model that is not profiled, or no Ray).
 
 Threads: Ray sets ``OMP_NUM_THREADS`` to a task's CPU count in its workers when the node's

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -47,6 +48,69 @@ class RunContext:
     # Profiles that cannot be reused are left to a later run instead of measured now (convert-many's
     # build phase: its measurements run alone on the node afterwards, navigator.many.node).
     defer_profiles: bool = False
+    race_pending: dict = field(default_factory=dict)   # key -> (planned item, runner keys) profiled in the race
+    jobs: int = 1                    # formats converted and verified at once (navigator.pipeline.schedule)
+    # While formats run in parallel: the lock every change of the record (and save) is made under,
+    # released only while a thread waits for its worker; and the event that stops every worker.
+    lock: Any = None
+    cancel: Any = None
+    reference_ready: Any = None      # a threading.Event set once the reference outputs are stored
+    gate: Any = None                 # a threading.Condition: measurements in this process vs workers
+    in_process: Any = None           # a threading.Lock: one in-process job at a time (torch tracing is global)
+    converted: set = field(default_factory=set)   # formats whose convert step ended (any status)
+    open_steps: dict = field(default_factory=dict)  # (key, stage, runner) -> monotonic start (progress)
+    workers_running: int = 0
+    measuring: bool = False
+
+    def locked(self):
+        return self.lock if self.lock is not None else contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def worker_slot(self):
+        """Held while a worker runs: it waits while this process measures (measure_gate)."""
+        if self.gate is None:
+            yield
+            return
+        with self.gate:
+            while self.measuring:
+                self.gate.wait()
+            self.workers_running += 1
+        try:
+            yield
+        finally:
+            with self.gate:
+                self.workers_running -= 1
+                self.gate.notify_all()
+
+    @contextlib.contextmanager
+    def measure_gate(self):
+        """Held while a job of this process (a live source's) profiles: no worker runs meanwhile,
+        so the measurement is alone on the machine as the race's is."""
+        if self.gate is None:
+            yield
+            return
+        with self.gate:
+            while self.workers_running:
+                self.gate.wait()
+            self.measuring = True
+        try:
+            yield
+        finally:
+            with self.gate:
+                self.measuring = False
+                self.gate.notify_all()
+
+    @contextlib.contextmanager
+    def unlocked(self):
+        """Let other threads change the record while this one waits (a no-op when sequential)."""
+        if self.lock is None:
+            yield
+            return
+        self.lock.release()
+        try:
+            yield
+        finally:
+            self.lock.acquire()
 
     def save(self) -> None:
         status_mod.save(self.status, self.ws.status_path)

@@ -28,8 +28,15 @@ def run_job(ctx: RunContext, name: str, tasks: list[Task], log_path: Path, sys_p
               parent_pid=os.getpid())
     ctx.process_starts += 1
     start = time.perf_counter()
-    outcome = isolation.run_worker(job, ctx.ws.job_file(name), log_path, stage_timeout_s=ctx.config.timeout,
-                                   on_event=lambda e: apply_event(ctx, e), memory_limit_gb=ctx.config.worker_memory_gb)
+
+    def on_event(event) -> None:
+        with ctx.locked():
+            apply_event(ctx, event)
+
+    with ctx.unlocked(), ctx.worker_slot():   # other formats' threads apply their events meanwhile
+        outcome = isolation.run_worker(job, ctx.ws.job_file(name), log_path, stage_timeout_s=ctx.config.timeout,
+                                       on_event=on_event, memory_limit_gb=ctx.config.worker_memory_gb,
+                                       cancel=ctx.cancel)
     ctx.timings.setdefault("workers", []).append((name, time.perf_counter() - start, stage_durations(outcome)))
     log.info("worker %s: %.2f s, peak RSS %s MiB", name, time.perf_counter() - start, outcome.peak_rss_mb)
     for task in tasks:
@@ -69,9 +76,18 @@ def run_job_in_process(ctx: RunContext, name: str, tasks: list[Task]) -> None:
             task = Task.from_dict(task.to_dict())
             task.runners = [r for r in task.runners if r.device == "cpu"]
         kept.append(task)
-    job = Job(workspace=str(ctx.ws.root), events=str(events), tasks=kept, live=ctx.live)
+    job = Job(workspace=str(ctx.ws.root), events=str(events), tasks=kept, live=ctx.live,
+              measure_gate=ctx.measure_gate)
     start = time.perf_counter()
-    outcome = _run_in_thread(ctx, name, job)
+    if ctx.in_process is None:
+        outcome = _run_in_thread(ctx, name, job)
+    else:   # parallel formats: one in-process job at a time (torch's tracing state is global)
+        with ctx.unlocked():
+            ctx.in_process.acquire()
+        try:
+            outcome = _run_in_thread(ctx, name, job)
+        finally:
+            ctx.in_process.release()
     ctx.timings.setdefault("workers", []).append((f"{name} (in process)", time.perf_counter() - start,
                                                    stage_durations(outcome)))
     if outcome.reason:
@@ -145,7 +161,10 @@ def _run_in_thread(ctx: RunContext, name: str, job: Job):
             elif timed_out is not None and now - timed_out[0] > IN_PROCESS_GRACE_S:
                 abandoned = True
                 break
-            thread.join(POLL_S)
+            if ctx.cancel is not None and ctx.cancel.is_set():
+                raise KeyboardInterrupt
+            with ctx.unlocked():   # parallel formats apply their events meanwhile
+                thread.join(POLL_S)
     except BaseException:   # Ctrl-C or an error here: stop the job's thread too, as far as it can be
         _async_raise(thread, KeyboardInterrupt)
         raise

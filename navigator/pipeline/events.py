@@ -5,6 +5,7 @@ died leaves its open and remaining stages ``failed`` with the reason and log tai
 from __future__ import annotations
 
 from navigator.execution.jobs import ConvertResult, Event, Task
+from navigator.pipeline import progress
 from navigator.pipeline.context import RunContext
 from navigator.pipeline.resume import artifact_sha256
 from navigator.workspace import npz
@@ -13,14 +14,18 @@ from navigator.workspace.status import ConvertStep, ProfileStep, RunnerStatus, V
 
 def apply_event(ctx: RunContext, event: Event) -> None:
     if event.event == "start":
+        progress.opened(ctx, event.key, event.stage, event.runner)
         ctx.reporter.step_start(event.key, event.stage, event.runner)
         return
+    progress.closed(ctx, event.key, event.stage, event.runner)
     result = dict(event.result)
     if event.stage == "reference":
         if result.get("status") == "ok":
             _drop_samples(ctx, [d["sample"] for d in result.get("dropped") or []], result.get("dropped") or [])
             refine_output_dims(ctx)
             ctx.status.samples.reference_sha256 = npz.files_sha256(ctx.ws.reference_files())
+            if ctx.reference_ready is not None:   # formats made from the source may start now
+                ctx.reference_ready.set()
         ctx.reporter.step_end("reference", event.stage, None, result)
         ctx.save()
         return
@@ -35,6 +40,7 @@ def apply_event(ctx: RunContext, event: Event) -> None:
         if conv.status == "ok":
             fs.convert.artifact_sha256 = artifact_sha256(ctx.ws, fs)
         fs.io_names.update(conv.io_names)
+        ctx.converted.add(key)
         if conv.static_shapes:
             ctx.static_keys.add(key)
     else:

@@ -10,11 +10,13 @@ import time
 from navigator import deps, formats
 from navigator.errors import UserInputError
 from navigator.execution.jobs import RunnerTask, Task
-from navigator.pipeline import resume
+from navigator.pipeline import progress, resume
 from navigator.pipeline.context import RunContext
 from navigator.pipeline.diskfull import WorkspaceFull, says_disk_full
 from navigator.pipeline.dispatch import run_job, run_job_in_process
 from navigator.pipeline.events import explain_skips, skip_runners
+from navigator.pipeline.race import defer_profile, run_race
+from navigator.pipeline.schedule import run_parallel
 from navigator.pipeline.reproduce import write_reproduce
 from navigator.pipeline.tasks import format_task, reference_task, runner_specs, sys_path_for
 from navigator.workspace import npz
@@ -26,7 +28,8 @@ DEFERRED = "deferred: measured by a later run (convert-many measures alone on th
 
 
 def run_formats(ctx: RunContext, planned) -> None:
-    """One worker per format, parents first; the first one also computes the reference."""
+    """One worker per format, parents first; the first one also computes the reference; then
+    the race worker profiles what the format workers verified."""
     st = ctx.status
     for item in planned:
         k = formats.parse_key(item.key)
@@ -40,8 +43,22 @@ def run_formats(ctx: RunContext, planned) -> None:
                                                 profile=ProfileStep(reason="pending"))
         st.formats[item.key] = fs
     ctx.save()
+    with progress.Heartbeat(ctx):   # a line with the elapsed time for every step running long
+        start = time.perf_counter()
+        _run_planned(ctx, planned)
+        ctx.timings["formats_s"] = time.perf_counter() - start
+        start = time.perf_counter()
+        run_race(ctx)   # every profile still to measure, alone, once every format is verified
+        ctx.timings["race_s"] = time.perf_counter() - start
+
+
+def _run_planned(ctx: RunContext, planned) -> None:
+    st = ctx.status
     ref = ctx.config.reference
     if not ref or ref == ctx.source.key:
+        if ctx.jobs > 1 and len(planned) > 2:
+            run_parallel(ctx, planned, run_item)
+            return
         for item in planned:
             run_item(ctx, item)
         return
@@ -159,6 +176,8 @@ def run_item(ctx: RunContext, item, *, convert: bool = True, verify: bool = True
     own_reference = ctx.config.reference in (None, ctx.source.key) and not reference_kept
     if item.converter is None and ctx.source.reference_runner and own_reference:
         tasks.insert(0, reference_task(ctx, fs.path, ctx.source.reference_runner))
+    elif item.converter is None and ctx.reference_ready is not None and ctx.ws.reference_files():
+        ctx.reference_ready.set()   # computed already (a torch source, a kept one): its children may start
     run_tasks(ctx, item, tasks)
     if item.converter is None and verify and not ctx.ws.reference_files():
         raise_reference_failed(ctx)
@@ -188,7 +207,8 @@ def run_tasks(ctx: RunContext, item, tasks: list[Task]) -> None:
     fs = ctx.status.formats[item.key]
     if item.converter is None and ctx.is_live:
         run_job_in_process(ctx, item.key, tasks)
-    else:
+    else:   # a worker: its profiles wait for the race (navigator.pipeline.race)
+        tasks = [defer_profile(ctx, item, t) for t in tasks]
         run_job(ctx, item.key, tasks, ctx.ws.worker_log(item.key), sys_path_for(item.converter))
     explain_skips(fs, ctx.config)
     ctx.save()
@@ -221,6 +241,7 @@ def raise_reference_failed(ctx: RunContext) -> None:
 def export_source(ctx: RunContext, item, fs: FormatStatus) -> None:
     start = time.perf_counter()
     ctx.reporter.step_start(item.key, "export", None)
+    progress.opened(ctx, item.key, "export", None)
     try:
         info = ctx.source.export(ctx.ws, ctx.ws.abs(fs.path)) or {}
         fs.convert = ConvertStep(status="ok", duration_s=round(time.perf_counter() - start, 4),
@@ -232,6 +253,7 @@ def export_source(ctx: RunContext, item, fs: FormatStatus) -> None:
         log.exception("export failed")
         fs.convert = ConvertStep(status="failed", reason=f"{type(e).__name__}: {e}",
                                  duration_s=round(time.perf_counter() - start, 4))
+    progress.closed(ctx, item.key, "export", None)
     ctx.reporter.step_end(item.key, "export", None, fs.convert.to_dict())
     if fs.convert.status == "failed" and says_disk_full(fs.convert.reason):
         raise WorkspaceFull(ctx.ws, f"{item.key} export: {fs.convert.reason[:200]}")

@@ -4,7 +4,8 @@ the requested targets that failed."""
 from __future__ import annotations
 
 from navigator import formats
-from navigator.workspace.status import Best, Status
+from navigator.execution import racing
+from navigator.workspace.status import Best, RunnerUp, Status
 
 
 def select_best(st: Status, *, no_profile: bool) -> Best | None:
@@ -22,10 +23,38 @@ def select_best(st: Status, *, no_profile: bool) -> Best | None:
         return None
     profiled = [c for c in candidates if c[2] is not None]
     if profiled and not no_profile:
-        key, rkey, peak = max(profiled, key=lambda c: c[2].throughput)
-        return Best(key=key, runner=rkey, batch_size=peak.batch_size, throughput=peak.throughput, basis="profile")
+        ranked = sorted(profiled, key=lambda c: c[2].throughput, reverse=True)
+        key, rkey, peak = ranked[0]
+        best = Best(key=key, runner=rkey, batch_size=peak.batch_size, throughput=peak.throughput, basis="profile",
+                    spread=peak.spread)
+        profile = st.formats[key].runners[rkey].profile
+        best.stable = bool(profile.stable) and not racing.unstable(peak.spread)
+        if len(ranked) > 1:
+            k2, r2, p2 = ranked[1]
+            best.runner_up = RunnerUp(key=k2, runner=r2, batch_size=p2.batch_size, throughput=p2.throughput,
+                                      spread=p2.spread)
+            best.margin = round(peak.throughput / p2.throughput, 4) if p2.throughput else None
+            best.separated = racing.separated(peak.throughput, peak.spread, p2.throughput, p2.spread)
+        best.note = trust_note(best, profile)
+        return best
     key, rkey, _ = min(candidates, key=lambda c: formats.preference_rank(c[0]))
     return Best(key=key, runner=rkey, basis="preference")
+
+
+def trust_note(best: Best, profile) -> str | None:
+    """Why ``best`` is not a pick to trust (unstable, or not separated from the runner-up), or None."""
+    notes = []
+    if best.stable is False:
+        if racing.unstable(best.spread):
+            notes.append(f"unstable: its window spread {best.spread:.2f} exceeds {racing.UNSTABLE_SPREAD:.2f}")
+        else:
+            notes.append(f"unstable: {profile.reason or 'its profile did not settle'}")
+    if best.separated is False and best.runner_up is not None:
+        ru = best.runner_up
+        need = racing.needed_margin(best.spread, ru.spread)
+        notes.append(f"not separated from {ru.key} on {ru.runner}: {best.margin:.2f}x ahead, within the "
+                     f"windows' spread (needs > {need:.2f}x)")
+    return "; ".join(notes) or None
 
 
 def outcome_code(st: Status, requested: list[str]) -> tuple[int, list[str]]:

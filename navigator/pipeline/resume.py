@@ -135,7 +135,7 @@ def reuse(ctx: RunContext, item, task: Task) -> Task | None:
             ctx.static_keys.add(item.key)
         task = converted_task(ctx, item, task)
         ctx.reporter.step_end(item.key, "convert", None, {"status": "ok", "reason": "reused, inputs unchanged"})
-    kept = []
+    kept, raced = [], []
     for spec in task.runners:
         verify_hash = step_hash(fs.convert.inputs_sha256, spec.key, task.verify.to_dict(), task.io_names,
                                 ctx.status.samples.sha256, ctx.status.samples.reference)
@@ -145,16 +145,27 @@ def reuse(ctx: RunContext, item, task: Task) -> Task | None:
         # a verify_func (a Python callable) cannot be compared with the last run's: verify again
         reusable = old is not None and task.convert is None and ctx.verify_func is None
         before = old.runners.get(spec.key) if reusable else None
-        if (before is not None and before.verify.status == "ok" and before.verify.inputs_sha256 == verify_hash
-                and _outputs_unchanged(ctx, item.key, spec.key, before.verify.outputs_sha256)
-                and (task.profile is None or (before.profile.status == "ok"
-                                              and before.profile.inputs_sha256 == profile_hash))):
+        verified = (before is not None and before.verify.status == "ok" and before.verify.inputs_sha256 == verify_hash
+                    and _outputs_unchanged(ctx, item.key, spec.key, before.verify.outputs_sha256))
+        profiled = task.profile is None or (before is not None and before.profile.status == "ok"
+                                            and before.profile.inputs_sha256 == profile_hash)
+        if verified and (profiled or task.profile.race):
             fs.runners[spec.key].verify = before.verify
-            if task.profile is not None:
+            if profiled and task.profile is not None:
                 fs.runners[spec.key].profile = before.profile
+            elif ctx.defer_profiles:   # convert-many's build: a later run measures it
+                from navigator.pipeline.execute import DEFERRED
+
+                fs.runners[spec.key].profile = status_mod.ProfileStep(status="skipped", reason=DEFERRED)
+            elif not profiled:   # verified, not measured (a run stopped before its race, a deferred profile)
+                raced.append(spec.key)
             ctx.reporter.step_end(item.key, "verify", spec.key, {"status": "ok", "reason": "reused"})
             continue
         kept.append(spec)
+    if raced:
+        from navigator.pipeline.race import queue_for_race
+
+        queue_for_race(ctx, item, raced)
     task = Task.from_dict(task.to_dict())
     task.runners = kept
     return task if task.convert is not None or kept else None

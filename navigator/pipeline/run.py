@@ -16,6 +16,7 @@ from navigator.config import NavigatorConfig
 from navigator.errors import Interrupted, NavigatorError, UserInputError
 from navigator.execution.worker import DISK_FULL_ERRNOS
 from navigator.pipeline import outcome as outcome_mod
+from navigator.pipeline import schedule
 from navigator.pipeline.context import RunContext
 from navigator.pipeline.diskfull import WorkspaceFull
 from navigator.pipeline.execute import run_formats
@@ -126,6 +127,7 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
     (:data:`~navigator.pipeline.execute.DEFERRED`) for a later run to measure, unlike
     ``--no-profile``, which drops them (convert-many's build phase)."""
     t0 = time.perf_counter()
+    explicit_memory_gb = config.worker_memory_gb
     config = config.resolved()
     device, runner_devices = resolve_device(config.device)
     prep = prepare(model, samples, config, reporter)
@@ -161,6 +163,9 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
             ctx = RunContext(config=config, ws=ws, status=st, source=source, device=device, reporter=reporter,
                              runner_devices=runner_devices, resume_from=previous,
                              verify_func=verify_func, timings=timings, defer_profiles=defer_profiles)
+            ctx.jobs = schedule.job_count(config.jobs, explicit_memory_gb=explicit_memory_gb, no_race=config.no_race,
+                                          size_bytes=schedule.model_bytes(source.path))
+            log.info("up to %d format workers at once (--jobs)", ctx.jobs)
             if source.format == "torch" and ctx.is_live:
                 from navigator.sources import torch_support
 

@@ -55,7 +55,7 @@ def profile_spec(ctx: RunContext) -> ProfileSpec | None:
     if ctx.config.profile_batch_sizes:
         settings["batch_sizes"] = list(ctx.config.profile_batch_sizes)
         settings["max_batch_size"] = max(settings["max_batch_size"], *ctx.config.profile_batch_sizes)
-    return ProfileSpec(batch_dim=ctx.status.batch_dim, settings=settings)
+    return ProfileSpec(batch_dim=ctx.status.batch_dim, settings=settings, race=not ctx.config.no_race)
 
 
 def runner_specs(ctx: RunContext, fmt: str) -> list:

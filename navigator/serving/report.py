@@ -45,7 +45,10 @@ def blocks(ws, st) -> list[tuple]:
     if st.best:
         b = st.best
         extra = f", {b.throughput:.1f}/s at batch {b.batch_size}" if b.throughput is not None else ""
-        out.append(("p", f"Best: **{b.key}** on {b.runner}{extra} (basis: {b.basis})."))
+        sure = (f" Not a sure pick: {b.note}." if b.note else
+                f" {b.margin:.2f}x ahead of {b.runner_up.key} on {b.runner_up.runner}, beyond the windows' spread."
+                if b.separated and b.runner_up is not None and b.margin else "")
+        out.append(("p", f"Best: **{b.key}** on {b.runner}{extra} (basis: {b.basis}).{sure}"))
     else:
         out.append(("p", "Best: none (no format was verified)."))
     sv = getattr(st, "serving", None)

@@ -91,7 +91,8 @@ def test_no_profile_best_by_preference(cli, tmp_path, onnx_model):
     assert r.returncode == 0, r.stderr
     st = yaml.safe_load((_ws(tmp_path, "foldable_mlp") / "status.yaml").read_text())
     assert st["best"] == {"key": "onnx-optimized", "runner": "onnxruntime-cpu", "batch_size": None,
-                          "throughput": None, "basis": "preference"}
+                          "throughput": None, "basis": "preference", "spread": None, "stable": None,
+                          "runner_up": None, "margin": None, "separated": None, "note": None}
     profile = st["formats"]["onnx"]["runners"]["onnxruntime-cpu"]["profile"]
     assert profile["status"] == "skipped" and profile["reason"] == "--no-profile"
 

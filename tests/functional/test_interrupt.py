@@ -18,7 +18,8 @@ def test_sigint_stops_cleanly(tmp_path, onnx_model):
     ws = tmp_path / "wd" / "foldable_mlp.nav.workspace"
     proc = subprocess.Popen([sys.executable, "-m", "navigator", "convert", str(model), "--workdir",
                              str(tmp_path / "wd"), "--targets", "onnx", "--device", "cpu",
-                             "--profile-budget-s", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--profile-budget-s", "60", "--no-race"],   # a full sweep: long enough to stop
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:   # wait until the worker is profiling
         log = ws / "formats" / "onnx" / "profile.log"

@@ -68,8 +68,9 @@ def test_explicit_batch_sizes(clock):
 
 def test_windows_until_stable(clock):
     out = sweep(infer_with(clock, lambda b: 0.002), SAMPLE, None, ProfileSettings())
-    # 3 warm-up inferences, then 3 windows of 50 inferences (0.1 s each): stable at the minimum
-    assert len(clock.calls) == 3 + 3 * 50
+    # 9 warm-up inferences (the first, then 8 without a new low), then 3 windows of 50 inferences
+    # (0.1 s each): stable at the minimum
+    assert len(clock.calls) == 9 + 3 * 50
     assert out.stable is True
 
 
@@ -105,7 +106,7 @@ def test_unstable_throughput(clock):
         window = (n["i"] - 4) // 10       # after 3 warm-ups, windows of exactly 10 inferences
         return 0.001 if window % 2 == 0 else 0.002
 
-    settings = ProfileSettings(window_s=0.0, window_min_iters=10)
+    settings = ProfileSettings(window_s=0.0, window_min_iters=10, warmup_max_s=0.0)   # exactly 3 warm-ups
     out = sweep(infer_with(clock, cost), SAMPLE, None, settings)
     assert out.stable is False
     assert out.reason == "throughput did not settle within 10 windows or the budget"
@@ -124,3 +125,57 @@ def test_batch_of_tiles_and_cuts():
     assert batch_of(SAMPLE, 0, 2)["x"].tolist() == [[0, 1], [2, 3]]
     along1 = batch_of({"m": np.array([[1, 2, 3]])}, 1, 4)
     assert along1["m"].tolist() == [[1, 2, 3, 1]]
+
+
+def test_screening_stops_doubling_when_the_gain_is_within_the_spread(clock):
+    """stop_within_spread: batch 4 is 7% ahead of batch 2 (the 5% rule goes on) but within its
+    windows' 9% spread (the second of every 3 windows is 9% slower), so screening stops there."""
+    rate = {1: 1000.0, 2: 1333.0, 4: 1333.0 * 1.07, 8: 1333.0 * 1.07 * 1.02}
+
+    def cost(b):
+        slow = 1.09 if (len(clock.calls) - 1) % 30 // 10 == 1 else 1.0
+        return b / rate[b] * slow
+
+    settings = ProfileSettings(max_batch_size=8, window_s=0.0, window_min_iters=10, max_windows=3, warmup_iters=0)
+    full = sweep(infer_with(clock, cost), SAMPLE, 0, settings)
+    clock.calls.clear()
+    settings.stop_within_spread = True
+    short = sweep(infer_with(clock, cost), SAMPLE, 0, settings)
+    assert [r["batch_size"] for r in full.results] == [1, 2, 4, 8]
+    assert [r["batch_size"] for r in short.results] == [1, 2, 4]
+    assert short.results[-1]["spread"] == pytest.approx(0.085, abs=0.003)
+
+
+def test_max_windows_bounds_a_screening_measurement(clock):
+    settings = ProfileSettings(max_windows=3, window_s=0.0, window_min_iters=5, warmup_iters=0)
+    steps = iter([0.001, 0.002] * 100)
+    out = sweep(infer_with(clock, lambda b: next(steps)), SAMPLE, None, settings)
+    assert len(clock.calls) == 3 * 5 and out.stable is False
+
+
+def test_warm_up_lasts_while_a_jit_is_still_specialising(clock):
+    """TorchScript's profiling executor as measured on the CNN: ~10 slow inferences, each a little
+    faster than the last, then 100x faster: the warm-up goes on while the latency reaches new lows,
+    so no measured window sees the slow ones."""
+    costs = iter([0.123, 0.071, 0.069, 0.071, 0.078, 0.072, 0.066, 0.052, 0.044, 0.036] + [0.001] * 10_000)
+    out = sweep(infer_with(clock, lambda b: next(costs)), SAMPLE, None, ProfileSettings(warmup_iters=2))
+    assert out.results[0]["throughput"] == pytest.approx(1000.0, rel=1e-6)
+    assert len(clock.calls) == 10 + 9 + 3 * 100   # warm-up: the 10 slow, the first fast one, 8 without a low
+    assert out.stable is True
+
+
+def test_screening_goes_on_while_the_windows_are_too_noisy_to_tell(clock):
+    """Windows 30% apart (the second of every 3 is 1.3x slower) at every size: a 3% gain at batch 2
+    ends a full sweep (gain < 5%), but screening cannot tell it from noise and goes on while a size
+    is ahead at all; batch 4 is behind, and it stops there."""
+    rate = {1: 1000.0, 2: 1030.0, 4: 1020.0, 8: 2000.0}
+
+    def cost(b):
+        slow = 1.3 if (len(clock.calls) - 1) % 30 // 10 == 1 else 1.0
+        return b / rate[b] * slow
+
+    settings = ProfileSettings(max_batch_size=8, window_s=0.0, window_min_iters=10, max_windows=3, warmup_iters=0)
+    assert [r["batch_size"] for r in sweep(infer_with(clock, cost), SAMPLE, 0, settings).results] == [1, 2]
+    clock.calls.clear()
+    settings.stop_within_spread = True
+    assert [r["batch_size"] for r in sweep(infer_with(clock, cost), SAMPLE, 0, settings).results] == [1, 2, 4]

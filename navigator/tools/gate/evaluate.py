@@ -10,10 +10,15 @@ per format, and a regression bound against a baseline workspace:
     max_p99_ms: {onnx: {batch_size: 8, value: 5.0}}     # or at a stated one
     max_regression: 0.05                                # with a baseline workspace
     noise_margin: 0.03                                  # optional, see below
+    best: separated                                     # separated | stable | warn (default) | any
 
 :func:`evaluate` turns it into one :class:`Check` per question asked (kinds:
 ``workspace``, ``format``, ``tolerance``, ``throughput``, ``latency``,
-``regression``). Tolerance checks re-compare the outputs stored in
+``regression``, ``best``). The ``best`` check reads status.yaml's ``best`` record
+(:mod:`navigator.execution.racing`'s rule): ``best: separated`` fails an unmeasured,
+unstable or not-separated pick, ``best: stable`` an unmeasured or unstable one; by
+default (``warn``) an unsure pick is a *skipped* check naming why, so the gate shows it
+without failing. Tolerance checks re-compare the outputs stored in
 ``formats/<key>/outputs/<runner>/`` with ``samples/reference/`` through the
 same comparator as verification; they never trust the recorded maxima.
 Outputs the policy does not name are re-compared with the rule recorded for
@@ -44,6 +49,30 @@ from navigator.tools.gate.result import Check, GateResult
 
 
 # --------------------------------------------------------------------------- evaluation
+def _check_best(st, rule: str) -> Check | None:
+    """How sure the best pick is, against the policy's ``best`` rule (module docstring)."""
+    if rule == "any":
+        return None
+    b = st.best
+    name = f"best pick is {'separated from the runner-up' if rule == 'separated' else 'stable'}"
+    if rule == "warn":
+        name = "best pick is sure (not required: policy best: warn)"
+    if b is None:
+        why, ok = "no best: no format was verified", False
+    elif b.basis != "profile":
+        why, ok = f"best {b.key} on {b.runner} was chosen by preference, not measured", False
+    else:
+        details_ok = b.stable is not False and (rule == "stable" or b.separated is not False)
+        why, ok = (b.note or "measured, stable"
+                   + (f", {b.margin:.2f}x ahead of {b.runner_up.key} on {b.runner_up.runner}"
+                      if b.runner_up is not None and b.margin else "")), details_ok
+    details = b.to_dict() if b is not None else {}
+    if rule == "warn":
+        return None if ok or b is None else Check("best", name, True, why, details, skipped=True)
+    return Check("best", name, ok, why if ok else f"{'best ' + b.key + ': ' if b else ''}{why}", details)
+
+
+
 def _fmt_num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4g}"
 
@@ -345,6 +374,9 @@ def evaluate(workspace: str | os.PathLike, policy: Any, *, baseline: str | os.Pa
         checks.append(_check_throughput(st, key, bound))
     for key, bound in policy.max_p99_ms.items():
         checks.append(_check_latency(st, key, bound))
+    best = _check_best(st, policy.best)
+    if best is not None:
+        checks.append(best)
     if policy.max_regression is not None:
         if base is None:
             for key in policy.formats:

@@ -16,8 +16,14 @@ DEFAULT_NOISE_MARGIN = 0.03
 UNSTABLE_NOISE_MARGIN = 0.10
 FINGERPRINT_KEYS = ("python", "platform", "cpu", "cpu_count", "gpu", "device")
 FINGERPRINT_PACKAGES = ("onnxruntime", "torch", "openvino", "tensorrt")   # as deps.versions() names them
-KINDS = ("workspace", "format", "tolerance", "throughput", "latency", "regression")
-POLICY_KEYS = ("require_formats", "outputs", "min_throughput", "max_p99_ms", "max_regression", "noise_margin")
+KINDS = ("workspace", "format", "tolerance", "throughput", "latency", "regression", "best")
+POLICY_KEYS = ("require_formats", "outputs", "min_throughput", "max_p99_ms", "max_regression", "noise_margin",
+               "best")
+# best: how sure the workspace's best pick must be. separated: measured, stable and ahead of the
+# runner-up by more than both figures' window spread; stable: measured and stable; warn (the
+# default): an unsure pick is reported as a skipped check that names why, never failing the gate;
+# any: not looked at.
+BEST_RULES = ("separated", "stable", "warn", "any")
 OUTPUT_KEYS = ("mode", "atol", "rtol", "threshold")
 
 
@@ -51,6 +57,7 @@ class GatePolicy:
     max_p99_ms: dict[str, Bound] = field(default_factory=dict)
     max_regression: float | None = None
     noise_margin: float | None = None
+    best: str = "warn"
     source: str = "policy"
 
     @property
@@ -78,7 +85,7 @@ class GatePolicy:
                             for k, v in self.outputs.items()},
                 "min_throughput": {k: bound(v) for k, v in self.min_throughput.items()},
                 "max_p99_ms": {k: bound(v) for k, v in self.max_p99_ms.items()},
-                "max_regression": self.max_regression, "noise_margin": self.noise_margin}
+                "max_regression": self.max_regression, "noise_margin": self.noise_margin, "best": self.best}
 
 
 def _number(where: str, value: Any, *, minimum: float | None = None, positive: bool = False,
@@ -194,8 +201,11 @@ def parse_policy(data: Any, *, source: str = "policy") -> GatePolicy:
     margin = data.get("noise_margin")
     if margin is not None:
         margin = _number(f"{source}: noise_margin", margin, minimum=0.0, below=1.0)
+    best = data.get("best", "warn")
+    if best not in BEST_RULES:
+        raise UserInputError(f"{source}: best: expected one of {', '.join(BEST_RULES)}, got {best!r}")
     policy = GatePolicy(require_formats=required, outputs=outputs, min_throughput=min_thr, max_p99_ms=max_p99,
-                        max_regression=max_reg, noise_margin=margin, source=source)
+                        max_regression=max_reg, noise_margin=margin, best=best, source=source)
     if not policy.formats:
         raise UserInputError(f"{source}: names no format to gate; give require_formats (or min_throughput / "
                              "max_p99_ms)")

@@ -21,6 +21,7 @@ from navigator.workspace.status import (
     ProfileResult,
     ProfileStep,
     RunnerStatus,
+    RunnerUp,
     SamplesInfo,
     Status,
     VerifyStep,
@@ -80,7 +81,7 @@ def full_status() -> Status:
                             },
                         ),
                         profile=ProfileStep(
-                            status="ok", duration_s=4.5, stable=True, log="formats/onnx/profile.log",
+                            status="ok", duration_s=4.5, stable=True, log="formats/onnx/profile.log", phase="race",
                             results=[
                                 ProfileResult(1, 2100.5, {"p50": 0.47, "p90": 0.5, "p95": 0.52, "p99": 0.6}),
                                 ProfileResult(8, 5400.25, {"p50": 1.4, "p90": 1.5, "p95": 1.6, "p99": 2.0}),
@@ -138,7 +139,10 @@ def full_status() -> Status:
                 },
             ),
         },
-        best=Best(key="onnx", runner="onnxruntime-cpu", batch_size=8, throughput=5400.25, basis="profile"),
+        best=Best(key="onnx", runner="onnxruntime-cpu", batch_size=8, throughput=5400.25, basis="profile",
+                  spread=0.04, stable=True, margin=1.2857, separated=True, note=None,
+                  runner_up=RunnerUp(key="onnx-optimized", runner="onnxruntime-cpu", batch_size=8,
+                                     throughput=4200.0, spread=0.05)),
     )
 
 
@@ -290,8 +294,8 @@ def test_unknown_keys_at_every_level_are_ignored():
     data = full_status().to_dict()
     count = _add_unknown_keys(Status, data)
     # status, model, signature + 4 specs, samples (8); per format (3): format, convert, runner, verify,
-    # 2 outputs, profile (7 each), 2 profile results of onnx; best
-    assert count == 8 + 7 * 3 + 2 + 1
+    # 2 outputs, profile (7 each), 2 profile results of onnx; best and its runner_up
+    assert count == 8 + 7 * 3 + 2 + 2
     text = yaml.safe_dump(data, sort_keys=False)
     assert text.count("x_unknown:") == count
     loaded = status.loads(text)

@@ -1,0 +1,239 @@
+"""The race job: one worker that profiles every verified (format, runner) of the run, alone
+on the machine (the parent starts it after every conversion and verification ended).
+
+1. **Screening.** Each runner is loaded and swept briefly (:data:`SCREEN`: 3 to 5
+   windows per batch size; the doubling stops when a larger batch is not ahead by more
+   than the windows' spread, or, while they are too noisy to tell, not ahead at all). Its
+   profile is reported at once with ``phase: screening``.
+2. **Contenders.** The leader and every runner not separated from it
+   (:func:`navigator.execution.racing.contenders`).
+3. **The race.** The contenders' windows at their screening peaks are measured in turn,
+   one window each per round (:func:`navigator.execution.racing.race`), until the leader
+   is separated from the rest or the budget ends; their profiles are then reported again
+   with the race figure at that batch size and ``phase: race``.
+
+Budget: ``--profile-budget-s`` is per format, as in a full sweep; screening takes at most
+:data:`SCREEN_BUDGET_S` of it per runner and the race at most one format's budget and
+:data:`RACE_MAX_ROUNDS` rounds, so a race never takes longer than the full sweeps did.
+
+Runners stay loaded from screening to the race while the artifacts are small
+(:data:`KEEP_LOADED_BYTES`), so a torch.compile graph is not compiled twice; larger ones
+are unloaded after screening and contenders loaded again. A crash here fails the
+profiles not yet reported (the parent names the runner that was being measured)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from navigator.execution import racing
+from navigator.execution.jobs import Event, Job, RunnerTask, Task
+
+log = logging.getLogger("navigator.worker")
+
+# Fewer windows than a full sweep's 10, of the same length (shorter ones were all noise on a loaded
+# 2-core machine): still until the last 3 agree, since a JIT (TorchScript's profiling executor)
+# stalls for ~0.1 s again some inferences after each new shape. The doubling stops at a gain within
+# the windows' spread, and, while they are too noisy to tell, at a batch size not ahead at all.
+SCREEN = {"window_s": 0.1, "window_min_iters": 10, "warmup_iters": 3, "max_windows": 5, "stop_within_spread": True}
+SCREEN_BUDGET_S = 10.0    # stages.run_profile screens a run's only (format, runner) with the same
+RACE_MAX_ROUNDS = 30
+KEEP_LOADED_BYTES = 1 << 30
+
+
+class _Entry:
+    def __init__(self, index: int, task: Task, spec: RunnerTask):
+        self.index, self.task, self.spec = index, task, spec
+        self.runner = None
+        self.infer = None
+        self.io = None
+        self.record: dict | None = None
+        self.duration_s = 0.0
+        self.entrant: racing.Entrant | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.task.key} on {self.spec.key}"
+
+
+def _artifact_bytes(ws, tasks: list[Task]) -> int:
+    total = 0
+    for task in tasks:
+        path = Path(ws.abs(task.artifact))
+        files = [path] if path.is_file() else list(path.parent.glob("*")) if path.parent.is_dir() else []
+        total += sum(f.stat().st_size for f in files if f.is_file())
+    return total
+
+
+def _load(ws, entry: _Entry) -> None:
+    from navigator import runners
+    from navigator.execution.stages import _runner_options
+
+    task, spec = entry.task, entry.spec
+    entry.runner = runners.create(spec.spec(), ws.abs(task.artifact),
+                                  **_runner_options(task, spec, task.io_names, None))
+    entry.runner.activate()
+    entry.infer, entry.io = entry.runner.profiling_infer()
+
+
+def _unload(entry: _Entry) -> None:
+    if entry.runner is not None:
+        try:
+            entry.runner.deactivate()
+        finally:
+            entry.runner = entry.infer = None
+
+
+def _sample(ws, task: Task) -> dict:
+    from navigator.execution.stages import rename
+    from navigator.workspace import npz
+
+    return rename(npz.load(ws.input_files()[0]), task.io_names)
+
+
+def _settings(task: Task, sample: dict, **over):
+    from navigator.execution.profiling import ProfileSettings
+
+    prof = task.profile
+    settings = ProfileSettings(**(prof.settings | over))
+    if settings.batch_sizes == [0] and prof.batch_dim is not None:   # static shapes: the sample's batch
+        own = next(iter(sample.values())).shape[prof.batch_dim]
+        settings.batch_sizes, settings.max_batch_size = [own], max(own, settings.max_batch_size)
+    return settings
+
+
+def _screen(ws, entry: _Entry, keep: bool) -> dict:
+    from navigator.execution.profiling import sweep
+
+    task = entry.task
+    sample = _sample(ws, task)
+    full = _settings(task, sample)
+    settings = _settings(task, sample, **SCREEN, budget_s=min(full.budget_s, SCREEN_BUDGET_S))
+    _load(ws, entry)
+    try:
+        outcome = sweep(entry.infer, sample, task.profile.batch_dim, settings)
+    finally:
+        if not keep:
+            _unload(entry)
+    for r in outcome.results:
+        r["io"] = entry.io
+        log.info("screening %s, batch %d: %.1f/s (spread %.3f)", entry.name, r["batch_size"], r["throughput"],
+                 r["spread"])
+    return {"stable": outcome.stable, "results": outcome.results, "reason": outcome.reason, "phase": "screening"}
+
+
+def _race_record(entry: _Entry, result: racing.RaceResult) -> dict:
+    from navigator.execution.profiling import percentiles
+
+    e = entry.entrant
+    thr, spread = e.figure()
+    last = e.windows[-racing.RACE_LAST:]
+    figure = {"batch_size": e.batch_size, "throughput": round(thr, 3),
+              "latency_ms": percentiles([x for w in last for x in w.latencies]),
+              "spread": round(spread, 4) if spread is not None else None, "io": entry.io}
+    record = dict(entry.record)
+    record["results"] = [figure if r["batch_size"] == e.batch_size else r for r in record["results"]]
+    record["phase"] = "race"
+    record["stable"] = not racing.unstable(spread)
+    if not result.settled:
+        record["reason"] = result.reason
+    elif e.out:
+        record["reason"] = f"out of the race: {e.out}"
+    else:
+        record["reason"] = f"won the race after {len(e.windows)} interleaved windows"
+    return record
+
+
+def run_race(ws, events, job: Job) -> int:
+    from navigator.execution.worker import StageLog, _error_text
+
+    entries = [_Entry(i, task, spec) for i, task in enumerate(job.tasks) for spec in task.runners]
+    if not entries:
+        return 0
+    keep = _artifact_bytes(ws, job.tasks) <= KEEP_LOADED_BYTES
+    budget = job.tasks[0].profile.settings.get("budget_s", 20.0)
+    total_budget = budget * len(job.tasks)
+    start = time.perf_counter()
+    for entry in entries:
+        key, rkey = entry.task.key, entry.spec.key
+        events.emit(Event(task=entry.index, key=key, stage="profile", runner=rkey, event="start"))
+        t0 = time.perf_counter()
+        with StageLog(ws.stage_log(key, "profile")):
+            try:
+                entry.record = _screen(ws, entry, keep)
+            except Exception as e:
+                log.exception("profile of %s failed", entry.name)
+                _unload(entry)
+                result = {"status": "failed", "reason": _error_text(e)}
+            else:
+                result = dict(entry.record)
+        result.setdefault("status", "ok")
+        entry.duration_s = result["duration_s"] = round(time.perf_counter() - t0, 4)
+        events.emit(Event(task=entry.index, key=key, stage="profile", runner=rkey, event="end", result=result))
+        if entry.record and entry.record["results"]:
+            peak = max(entry.record["results"], key=lambda r: r["throughput"])
+            entry.entrant = racing.Entrant(name=entry.name, batch_size=peak["batch_size"],
+                                           screen_throughput=peak["throughput"], screen_spread=peak.get("spread"))
+    screened = [e for e in entries if e.entrant is not None]
+    names = {e.entrant.name: e for e in screened}
+    chosen = [names[c.name] for c in racing.contenders([e.entrant for e in screened])]
+    for entry in screened:
+        if entry not in chosen:
+            _unload(entry)
+    if len(chosen) < 2:
+        for entry in chosen:
+            _unload(entry)
+        return 0
+    events.emit(Event(task=chosen[0].index, key="race", stage="race", runner=None, event="start"))
+    t0 = time.perf_counter()
+    try:
+        race_budget = max(1.0, min(budget, total_budget - (time.perf_counter() - start)))
+        result = _race(ws, chosen, race_budget)
+    except Exception as e:
+        log.exception("the race failed")
+        events.emit(Event(task=chosen[0].index, key="race", stage="race", event="end",
+                          result={"status": "failed", "reason": _error_text(e),
+                                  "duration_s": round(time.perf_counter() - t0, 4)}))
+        return 0   # the screening figures stand
+    finally:
+        for entry in chosen:
+            _unload(entry)
+    race_s = time.perf_counter() - t0
+    summary = {"status": "ok", "duration_s": round(race_s, 4), "leader": result.leader,
+               "settled": result.settled, "rounds": result.rounds, "contenders": [e.name for e in chosen],
+               "reason": None if result.settled else result.reason}
+    events.emit(Event(task=chosen[0].index, key="race", stage="race", event="end", result=summary))
+    for entry in chosen:
+        events.emit(Event(task=entry.index, key=entry.task.key, stage="profile", runner=entry.spec.key, event="end",
+                          result=_race_record(entry, result) | {
+                              "status": "ok", "duration_s": round(entry.duration_s + race_s / len(chosen), 4)}))
+    return 0
+
+
+def _race(ws, chosen: list[_Entry], budget_s: float) -> racing.RaceResult:
+    """Load the contenders (unless still loaded), warm each up again, and race them; the race
+    logs to the race worker's own log (jobs/race.log)."""
+    from navigator.execution.profiling import batch_of, window
+
+    feeds = {}
+    for entry in chosen:
+        if entry.runner is None:
+            _load(ws, entry)
+        task = entry.task
+        sample = _sample(ws, task)
+        feeds[entry.name] = sample if task.profile.batch_dim is None else \
+            batch_of(sample, task.profile.batch_dim, entry.entrant.batch_size)
+        for _ in range(2):
+            entry.infer(feeds[entry.name])   # warm up again: other runners ran since its screening
+    settings = _settings(chosen[0].task, _sample(ws, chosen[0].task))
+    by_name = {e.name: e for e in chosen}
+
+    def measure(ent: racing.Entrant) -> racing.Window:
+        lat, _ = window(by_name[ent.name].infer, feeds[ent.name], settings)
+        return racing.Window(batch_size=ent.batch_size, latencies=lat)
+
+    result = racing.race([e.entrant for e in chosen], measure, budget_s, max_rounds=RACE_MAX_ROUNDS)
+    log.info("race of %s: leader %s after %d rounds, %s", ", ".join(e.name for e in chosen), result.leader,
+             result.rounds, "settled" if result.settled else result.reason)
+    return result

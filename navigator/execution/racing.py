@@ -1,0 +1,150 @@
+"""Racing the (format, runner) pairs: which figures can be told apart, and the driver that
+spends the profile budget on the contenders only.
+
+A throughput figure is only as good as the spread of the windows it came from: a
+profile whose windows varied by 26% cannot tell 1.1x apart. Two figures are
+**separated** when their window ranges do not overlap -- the slower one at the top of
+its range is still below the faster one at the bottom of its range::
+
+    T_fast * (1 - s_fast / 2)  >  T_slow * (1 + s_slow / 2)
+
+with ``s`` the relative spread ``(max - min) / mean`` of each one's windows
+(:func:`navigator.execution.profiling.measure` records it). A figure whose spread
+exceeds :data:`UNSTABLE_SPREAD` is **unstable**: it is kept, and said so.
+
+The race (:func:`race`): every candidate was *screened* (a short sweep); those not
+separated from the leader are the contenders; their windows are then measured in
+turn (one window of each, round after round, so drift of the machine hits all of
+them alike) until the leader is separated from every other contender -- each
+dropped as soon as it is -- or the budget ends, which the result says. The driver
+takes the window function and the clock as arguments: the worker passes real ones,
+the unit tests deterministic ones.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+UNSTABLE_SPREAD = 0.10      # the profiler's stability bound (last 3 windows within 10%)
+RACE_MIN_WINDOWS = 3        # race windows a contender gets before it can be dropped or declared the winner
+RACE_LAST = 5               # the spread of a contender's race figure: over its last windows, at most this many
+
+
+def half_spread(spread: float | None) -> float:
+    """Half the relative window range; a figure recorded without a spread (an older
+    workspace) counts as the stability bound, never as exact."""
+    return (UNSTABLE_SPREAD if spread is None else spread) / 2.0
+
+
+def separated(fast: float, fast_spread: float | None, slow: float, slow_spread: float | None) -> bool:
+    """``fast`` is ahead of ``slow`` by more than their measured spread (module docstring)."""
+    return fast * (1.0 - half_spread(fast_spread)) > slow * (1.0 + half_spread(slow_spread))
+
+
+def needed_margin(fast_spread: float | None, slow_spread: float | None) -> float:
+    """The throughput ratio fast / slow above which two figures are separated."""
+    return (1.0 + half_spread(slow_spread)) / max(1e-9, 1.0 - half_spread(fast_spread))
+
+
+def unstable(spread: float | None) -> bool:
+    return spread is not None and spread > UNSTABLE_SPREAD
+
+
+# --------------------------------------------------------------------------- the race
+@dataclass
+class Window:
+    """One measured window: inferences run, their summed time, each latency (s)."""
+
+    batch_size: int
+    latencies: list[float]
+
+    @property
+    def throughput(self) -> float:
+        total = sum(self.latencies)
+        return len(self.latencies) * self.batch_size / total if total > 0 else 0.0
+
+
+@dataclass
+class Entrant:
+    """One candidate in the race: its name, the batch size it races at (its screening
+    peak), the screening figure, and the race windows measured so far."""
+
+    name: str
+    batch_size: int
+    screen_throughput: float
+    screen_spread: float | None
+    windows: list[Window] = field(default_factory=list)
+    out: str | None = None          # why it left the race (None: still in, or the winner)
+
+    def figure(self) -> tuple[float, float | None]:
+        """(throughput, spread): from the race windows once there are enough, else the screening's."""
+        if len(self.windows) < RACE_MIN_WINDOWS:
+            return self.screen_throughput, self.screen_spread
+        last = self.windows[-RACE_LAST:]
+        lat = [x for w in last for x in w.latencies]
+        thr = [w.throughput for w in last]
+        mean = sum(thr) / len(thr)
+        throughput = len(lat) * self.batch_size / sum(lat)
+        return throughput, (max(thr) - min(thr)) / mean if mean else None
+
+
+@dataclass
+class RaceResult:
+    leader: str | None
+    settled: bool                   # the leader is separated from every other contender
+    rounds: int
+    reason: str | None = None       # why not settled (the budget ended, ...)
+    entrants: dict[str, Entrant] = field(default_factory=dict)
+
+
+def contenders(screened: list[Entrant]) -> list[Entrant]:
+    """The leader by screening throughput and every entrant not separated from it."""
+    if not screened:
+        return []
+    ranked = sorted(screened, key=lambda e: e.screen_throughput, reverse=True)
+    lead = ranked[0]
+    return [lead] + [e for e in ranked[1:] if not separated(lead.screen_throughput, lead.screen_spread,
+                                                               e.screen_throughput, e.screen_spread)]
+
+
+def race(entrants: list[Entrant], window: Callable[[Entrant], Window], budget_s: float,
+         clock: Callable[[], float] = time.perf_counter, max_rounds: int = 200) -> RaceResult:
+    """Round-robin windows over ``entrants`` until one is separated from all others still
+    in, or ``budget_s`` (measured with ``clock``) or ``max_rounds`` ends it. ``window(e)``
+    measures one window of ``e`` at ``e.batch_size``."""
+    live = list(entrants)
+    result = RaceResult(leader=None, settled=False, rounds=0, entrants={e.name: e for e in entrants})
+    if len(live) <= 1:
+        result.leader = live[0].name if live else None
+        result.settled = bool(live)
+        return result
+    deadline = clock() + budget_s
+    while True:
+        for e in live:
+            e.windows.append(window(e))
+        result.rounds += 1
+        if all(len(e.windows) >= RACE_MIN_WINDOWS for e in live):
+            figures = {e.name: e.figure() for e in live}
+            lead = max(live, key=lambda e: figures[e.name][0])
+            lt, ls = figures[lead.name]
+            for e in [e for e in live if e is not lead]:
+                t, s = figures[e.name]
+                if separated(lt, ls, t, s):
+                    e.out = f"separated from {lead.name} after {len(e.windows)} race windows"
+                    live.remove(e)
+            result.leader = lead.name
+            if len(live) == 1:
+                result.settled = True
+                return result
+        if clock() > deadline:
+            result.reason = (f"the profile budget of {budget_s:g} s ended the race with "
+                             f"{', '.join(e.name for e in live)} not separated")
+            break
+        if result.rounds >= max_rounds:
+            result.reason = f"{max_rounds} rounds left {', '.join(e.name for e in live)} not separated"
+            break
+    if result.leader is None:   # too few rounds for race figures: the screening's order
+        result.leader = max(live, key=lambda e: e.figure()[0]).name
+    return result

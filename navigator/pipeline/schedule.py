@@ -1,0 +1,155 @@
+"""Converting and verifying formats in parallel: up to ``--jobs`` format workers at once,
+each format started once its parent is converted (the source's job first and alone: it
+computes the reference outputs every other format is verified against). Profiling never
+runs beside them: the race worker starts after the last one ended
+(:mod:`navigator.pipeline.race`).
+
+Jobs run in the calling process (a live module's: its export, and conversions that need the
+live object) run one at a time (``RunContext.in_process``): torch's tracing state (FX, dynamo,
+torch.jit) is global to a process, and a torch.export beside a torch.compile breaks the
+compile. A profile measured in the calling process waits until no worker runs and holds new
+ones back meanwhile (``RunContext.measure_gate``).
+
+Each format keeps its own worker with its timeout and its memory limit
+(``--worker-memory-gb``), so crash isolation is unchanged. The parent watches each worker
+from a thread of its own; every change of the run's record -- applying a worker's events,
+saving status.yaml -- is made under one lock (``RunContext.lock``), which a thread gives up
+only while it waits for its worker, so status.yaml keeps a single writer at a time.
+Ctrl-C (or an error in one thread) sets ``RunContext.cancel``: every other worker is
+stopped and the run ends as it would sequentially.
+
+Default: one job per core, bounded by memory -- ``--worker-memory-gb`` when given, else an
+estimate of a conversion's needs from the model's size (:func:`job_count`). ``--no-race``
+keeps one job at a time: its profiles run inside the format workers and must run alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from pathlib import Path
+
+from navigator.pipeline.context import RunContext
+
+log = logging.getLogger(__name__)
+
+GIB = 1 << 30
+MIN_JOB_BYTES = 2 * GIB     # a conversion's floor: an interpreter with torch or onnxruntime and its graph
+MODEL_FACTOR = 6            # a conversion holds the model a few times over (source, graph, output, copies)
+
+
+def cores() -> int:
+    """The cores this process may use; ``OMP_NUM_THREADS`` bounds them when set (Ray sets it to a
+    task's CPU count: a convert-many build sharing its node gets no more workers than that)."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    return max(1, min(n, int(omp))) if omp.isdigit() and int(omp) > 0 else n
+
+
+def model_bytes(path) -> int:
+    if not path:
+        return 0
+    p = Path(path)
+    try:
+        if p.is_file():
+            return p.stat().st_size
+        if p.is_dir():
+            return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+    except OSError:
+        pass
+    return 0
+
+
+def job_count(requested: int | None, *, explicit_memory_gb: float | None, size_bytes: int, no_race: bool,
+              cpu_count: int | None = None, memory_bytes: int | None = None) -> int:
+    """How many format workers run at once. ``requested`` (``--jobs``; None or 0: auto) wins;
+    auto is the cores, bounded by 75% of the memory over what one job may take:
+    ``--worker-memory-gb`` when the user gave it, else max(2 GiB, 6x the model's size)."""
+    if no_race:
+        return 1
+    if requested:
+        return requested
+    from navigator.execution.isolation import physical_memory_bytes
+
+    n = cpu_count or cores()
+    memory = memory_bytes if memory_bytes is not None else physical_memory_bytes()
+    if memory:
+        need = explicit_memory_gb * GIB if explicit_memory_gb else max(MIN_JOB_BYTES, MODEL_FACTOR * size_bytes)
+        n = min(n, int(memory * 0.75 // need))
+    return max(1, n)
+
+
+def run_parallel(ctx: RunContext, planned, run_item) -> None:
+    """``run_item(ctx, item)`` for every planned format, up to ``ctx.jobs`` at once, parents
+    first (module docstring). The source's children start as soon as the reference outputs are
+    stored: the source's own verification (a torch.compile compile) overlaps their conversion.
+    Returns when all ended; re-raises the first error after stopping the others."""
+    ctx.lock, ctx.cancel = threading.Lock(), threading.Event()
+    ctx.reference_ready, ctx.gate, ctx.in_process = threading.Event(), threading.Condition(), threading.Lock()
+    done: set[str] = set()
+    pending = list(planned)
+    source = pending[0].key if pending else None
+
+    def one(item, **how) -> str:
+        with ctx.lock:
+            if ctx.cancel.is_set():   # stopped before its turn came
+                raise KeyboardInterrupt
+            run_item(ctx, item, **how)
+        return item.key
+
+    # A live source (a module of this process): its export first, then its children's conversions
+    # (in this process too: they trace the module), and its own verification (a torch.compile
+    # compile) once they are converted -- beside its children's verification in workers.
+    live_source = pending[0] if pending and ctx.is_live and pending[0].converter is None else None
+    children = [p for p in pending if live_source is not None and p.parent == live_source.key]
+
+    def ready(item) -> bool:
+        if item.parent in done or item.parent is None and source in done:
+            return True
+        return item.parent == source and ctx.reference_ready.is_set()
+
+    try:
+        with ThreadPoolExecutor(max_workers=ctx.jobs, thread_name_prefix="navigator-format") as pool:
+            try:
+                _schedule(ctx, pool, one, pending, done, ready, live_source, children)
+            except BaseException:   # Ctrl-C wherever it lands, or an error: stop every worker first,
+                ctx.cancel.set()    # then the pool's exit waits for their threads
+                raise
+    finally:
+        ctx.lock = ctx.cancel = ctx.reference_ready = ctx.gate = ctx.in_process = None
+
+
+def _schedule(ctx: RunContext, pool, one, pending: list, done: set, ready, live_source, children) -> None:
+    if live_source is not None:
+        pending.pop(0)
+        finished, _ = wait({pool.submit(one, live_source, verify=False)})
+        done.update(f.result() for f in finished)
+        running = set()
+    else:
+        running = {pool.submit(one, pending.pop(0))} if pending else set()
+    while pending or running or live_source is not None:
+        if live_source is not None and all(c.key in done or c.key in ctx.converted for c in children):
+            running.add(pool.submit(one, live_source, convert=False))
+            live_source = None
+        for item in [p for p in pending if ready(p)][:max(0, ctx.jobs - len(running))]:
+            pending.remove(item)
+            running.add(pool.submit(one, item))
+        if not running:   # a parent that was never planned: run the rest in order
+            running.add(pool.submit(one, pending.pop(0)))
+        finished, running = _wait_some(running)
+        done.update(f.result() for f in finished)
+
+
+def _wait_some(futures: set):
+    """Wait a moment for any of ``futures`` (the reference may become ready meanwhile); re-raise
+    the error of one that failed."""
+    finished, rest = wait(futures, timeout=0.1, return_when=FIRST_COMPLETED)
+    for f in finished:
+        if f.exception() is not None:
+            raise f.exception()
+    return finished, rest

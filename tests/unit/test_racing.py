@@ -1,0 +1,210 @@
+"""The honest best and the race: the separation rule, what ``best`` records and says (console,
+gate), and the race driver on deterministic window figures.
+
+The race tests drive :func:`navigator.execution.racing.race` with a test double for the clock
+(a counter that advances a fixed step per call) and for the window function (fixed throughput
+sequences): real timings would make pass/fail depend on the machine's load."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from navigator.console import best_line
+from navigator.execution import racing
+from navigator.execution.racing import Entrant, Window, contenders, race, separated
+from navigator.pipeline import select_best
+from navigator.tools.gate import parse_policy
+from navigator.tools.gate.evaluate import _check_best
+from navigator.workspace.status import (ConvertStep, FormatStatus, ModelInfo, ProfileResult, ProfileStep,
+                                        RunnerStatus, Status, VerifyStep)
+
+
+# --------------------------------------------------------------------------- the rule
+@pytest.mark.parametrize("fast, fs, slow, ss, expected", [
+    (110.0, 0.02, 100.0, 0.02, True),      # 107.8 > 101
+    (104.0, 0.10, 100.0, 0.10, False),     # 98.8 < 105: within the spread
+    (400.0, 1.26, 100.0, 0.05, True),      # a very noisy figure far ahead is still ahead
+    (150.0, 1.26, 100.0, 0.05, False),     # ... but not 1.5x ahead
+    (108.0, None, 100.0, None, False),     # no spread recorded: counts as the 10% bound
+    (112.0, None, 100.0, None, True),
+])
+def test_separation_needs_the_window_ranges_apart(fast, fs, slow, ss, expected):
+    assert separated(fast, fs, slow, ss) is expected
+    assert (fast / slow > racing.needed_margin(fs, ss)) is expected
+
+
+# --------------------------------------------------------------------------- best
+def _runner(results, *, stable=True, runner="onnxruntime") -> RunnerStatus:
+    return RunnerStatus(runner=runner, device="cpu", verify=VerifyStep(status="ok"),
+                        profile=ProfileStep(status="ok", stable=stable,
+                                            results=[ProfileResult(b, t, spread=s) for b, t, s in results]))
+
+
+def _status(**runners) -> Status:
+    st = Status(model=ModelInfo(name="m", source_format="onnx"))
+    for key, rs in runners.items():
+        key = key.replace("_", "-")
+        st.formats[key] = FormatStatus(format="onnx", convert=ConvertStep(status="ok"), runners={"onnxruntime-cpu": rs})
+    return st
+
+
+def test_a_best_far_ahead_is_separated_and_says_by_how_much():
+    st = _status(onnx=_runner([(1, 100.0, 0.02), (8, 300.0, 0.03)]), onnx_optimized=_runner([(8, 200.0, 0.04)]))
+    best = select_best(st, no_profile=False)
+    assert (best.key, best.batch_size, best.stable, best.separated, best.margin) == ("onnx", 8, True, True, 1.5)
+    assert (best.runner_up.key, best.runner_up.throughput, best.runner_up.spread) == ("onnx-optimized", 200.0, 0.04)
+    assert best.note is None and best.trusted
+    assert "1.50x ahead of onnx-optimized on onnxruntime-cpu" in best_line(best)
+
+
+def test_an_inseparable_best_says_so():
+    st = _status(onnx=_runner([(8, 104.0, 0.08)]), onnx_optimized=_runner([(8, 100.0, 0.06)]))
+    best = select_best(st, no_profile=False)
+    assert best.key == "onnx" and best.separated is False and best.stable is True and not best.trusted
+    assert "not separated from onnx-optimized" in best.note and "1.04x ahead" in best.note
+    assert "NOT A SURE PICK" in best_line(best)
+
+
+def test_an_unstable_best_says_so_even_far_ahead():
+    """The issue's case: a window spread of 1.26 reported ok must not make a silent best."""
+    st = _status(onnx=_runner([(8, 900.0, 1.26)]), onnx_optimized=_runner([(8, 100.0, 0.02)]))
+    best = select_best(st, no_profile=False)
+    assert best.separated is True and best.stable is False
+    assert "unstable: its window spread 1.26 exceeds 0.10" in best.note
+    st = _status(onnx=_runner([(8, 900.0, 0.02)], stable=False))      # cut short by the budget
+    assert select_best(st, no_profile=False).stable is False
+
+
+def test_a_lone_candidate_has_no_runner_up():
+    best = select_best(_status(onnx=_runner([(8, 900.0, 0.02)])), no_profile=False)
+    assert best.runner_up is None and best.separated is None and best.margin is None and best.trusted
+
+
+# --------------------------------------------------------------------------- gate
+def _policy(rule=None):
+    data = {"require_formats": ["onnx"]}
+    if rule is not None:
+        data["best"] = rule
+    return parse_policy(data)
+
+
+def test_gate_best_rules():
+    sure = _status(onnx=_runner([(8, 300.0, 0.02)]), onnx_optimized=_runner([(8, 100.0, 0.02)]))
+    close = _status(onnx=_runner([(8, 104.0, 0.08)]), onnx_optimized=_runner([(8, 100.0, 0.06)]))
+    shaky = _status(onnx=_runner([(8, 900.0, 1.26)]), onnx_optimized=_runner([(8, 100.0, 0.02)]))
+    for st in (sure, close, shaky):
+        st.best = select_best(st, no_profile=False)
+    assert _policy().best == "warn"
+    assert _check_best(sure, "warn") is None
+    warned = _check_best(close, "warn")
+    assert warned.skipped and "not separated" in warned.message
+    assert _check_best(close, "any") is None
+    assert _check_best(sure, "separated").passed
+    assert not _check_best(close, "separated").passed
+    assert _check_best(close, "stable").passed
+    assert not _check_best(shaky, "stable").passed and "unstable" in _check_best(shaky, "stable").message
+    sure.best = select_best(sure, no_profile=True)
+    assert not _check_best(sure, "stable").passed      # chosen by preference: nothing measured
+
+
+def test_gate_best_rule_is_checked():
+    from navigator.errors import UserInputError
+
+    with pytest.raises(UserInputError, match="best: expected one of separated, stable, warn, any"):
+        _policy("always")
+
+
+# --------------------------------------------------------------------------- the race
+def _clock(step: float):
+    """A test double for the clock: each call advances it by ``step`` seconds."""
+    counter = itertools.count()
+    return lambda: next(counter) * step
+
+
+def _windows(figures: dict[str, list[float]]):
+    """A test double for measuring a window: entrant name -> its throughputs in turn (batch 1,
+    ten inferences each), cycling."""
+    streams = {name: itertools.cycle(values) for name, values in figures.items()}
+
+    def window(e: Entrant) -> Window:
+        thr = next(streams[e.name])
+        return Window(batch_size=1, latencies=[1.0 / thr] * 10)
+    return window
+
+
+def _entrants(*names_thr):
+    return [Entrant(name=n, batch_size=1, screen_throughput=t, screen_spread=s) for n, t, s in names_thr]
+
+
+def test_screening_keeps_only_the_contenders():
+    screened = _entrants(("a", 100.0, 0.05), ("b", 97.0, 0.05), ("c", 50.0, 0.05), ("d", 110.0, 0.3))
+    assert [e.name for e in contenders(screened)] == ["d", "a", "b"]
+    assert [e.name for e in contenders(_entrants(("a", 300.0, 0.02), ("b", 100.0, 0.02)))] == ["a"]
+
+
+def test_the_race_drops_a_separated_contender_and_settles():
+    entrants = _entrants(("a", 100.0, 0.2), ("b", 95.0, 0.2))
+    result = race(entrants, _windows({"a": [120.0, 121.0, 119.0], "b": [100.0, 101.0, 99.0]}), budget_s=100.0,
+                  clock=_clock(0.1))
+    assert result.settled and result.leader == "a" and result.rounds == racing.RACE_MIN_WINDOWS
+    assert "separated from a" in entrants[1].out
+    thr, spread = entrants[0].figure()
+    assert thr == pytest.approx(120.0, rel=0.01) and spread < 0.02
+
+
+def test_the_race_interleaves_windows():
+    order = []
+    window = _windows({"a": [120.0], "b": [100.0], "c": [90.0]})
+    race(_entrants(("a", 100.0, 0.2), ("b", 95.0, 0.2), ("c", 90.0, 0.2)),
+         lambda e: order.append(e.name) or window(e), budget_s=100.0, clock=_clock(0.1))
+    assert order[:6] == ["a", "b", "c", "a", "b", "c"]
+
+
+def test_a_budget_that_ends_the_race_says_so():
+    entrants = _entrants(("a", 100.0, 0.2), ("b", 99.0, 0.2))
+    # noisy, overlapping: never separated
+    result = race(entrants, _windows({"a": [90.0, 110.0], "b": [92.0, 108.0]}), budget_s=1.0, clock=_clock(0.1))
+    assert not result.settled and "budget of 1 s ended the race" in result.reason
+    assert result.leader in ("a", "b") and entrants[0].out is None and entrants[1].out is None
+
+
+def test_a_lone_contender_needs_no_race():
+    result = race(_entrants(("a", 100.0, 0.2)), lambda e: pytest.fail("no window needed"), budget_s=1.0)
+    assert result.settled and result.leader == "a" and result.rounds == 0
+
+
+# --------------------------------------------------------------------------- parallel jobs
+def test_job_count():
+    from navigator.pipeline.schedule import GIB, job_count
+
+    auto = dict(explicit_memory_gb=None, size_bytes=10 << 20, no_race=False)
+    assert job_count(None, **auto, cpu_count=8, memory_bytes=64 * GIB) == 8
+    assert job_count(None, **auto, cpu_count=8, memory_bytes=4 * GIB) == 1            # 2 GiB floor per job
+    big = auto | {"size_bytes": 2 * GIB}                                                 # 12 GiB per job
+    assert job_count(None, **big, cpu_count=8, memory_bytes=64 * GIB) == 4
+    assert job_count(None, **(auto | {"explicit_memory_gb": 16.0}), cpu_count=8, memory_bytes=64 * GIB) == 3
+    assert job_count(3, **auto, cpu_count=1, memory_bytes=GIB) == 3                    # --jobs wins
+    assert job_count(4, **(auto | {"no_race": True}), cpu_count=8, memory_bytes=64 * GIB) == 1
+
+
+# --------------------------------------------------------------------------- progress
+def test_a_long_step_reports_its_elapsed_time():
+    """A step opened 100 s ago gets a progress line with its elapsed time; a fresh one does not."""
+    import time
+    from types import SimpleNamespace
+
+    from navigator.pipeline.progress import Heartbeat
+
+    lines = []
+    reporter = SimpleNamespace(progress=lambda key, stage, runner, s: lines.append((key, stage, runner, round(s))))
+    now = time.monotonic()
+    ctx = SimpleNamespace(reporter=reporter, open_steps={("torch", "verify", "torch_compile-cpu"): now - 100.0,
+                                                         ("onnx", "convert", None): now})
+    with Heartbeat(ctx, every_s=15.0, tick_s=0.01):
+        deadline = time.monotonic() + 5.0
+        while not lines and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert lines and lines[0][:3] == ("torch", "verify", "torch_compile-cpu") and lines[0][3] >= 100
+    assert all(line[0] == "torch" for line in lines)
