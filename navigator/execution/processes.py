@@ -75,3 +75,47 @@ def parent_death_signal(sig: int) -> bool:
         return ctypes.CDLL(None, use_errno=True).prctl(1, int(sig)) == 0   # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         return False
+
+
+PR_SET_CHILD_SUBREAPER = 36   # linux/prctl.h
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux): a process a user's code
+    double-forked and moved into a session of its own (``setsid``) escapes the process-group kill,
+    but still becomes this process's child when its parent ends, so :func:`kill_descendants` finds
+    it. False where prctl is not available."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (from /proc: children before their own children)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_descendants() -> None:
+    """SIGKILL every process this one started, directly or not, that is still alive."""
+    for pid in descendants(os.getpid()):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)

@@ -380,3 +380,31 @@ def test_finite_samples_beyond_float32(cli, tmp_path, onnx_model):
     np.savez(tmp_path / "s" / "000.npz", x=np.full((4, 8), 1e300))
     r = cli("convert", onnx_model("scaled_mlp"), "--workdir", tmp_path / "wd", "--samples", tmp_path / "s", *FAST)
     one_line_error(r, "'x'", "outside float32")
+
+
+@pytest.mark.slow
+def test_a_process_that_double_forks_into_its_own_session_does_not_outlive_the_run(cli, tmp_path):
+    """A factory forks, the child calls setsid (leaving the worker's process group) and forks
+    again: the grandchild escaped the process-group kill and wrote after navigator had exited.
+    The worker is now the subreaper of its orphans and kills every descendant when it ends."""
+    import time
+
+    marker = tmp_path / "ESCAPED"
+    (tmp_path / "f.py").write_text(f'''
+import os, time, torch
+def escape():
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            time.sleep(15)   # longer than the worker that called the factory lives
+            open({str(marker)!r}, "w").write(str(os.getpid()))
+            os._exit(0)
+        os._exit(0)
+    torch.manual_seed(0)
+    return torch.nn.Linear(8, 4)
+''')
+    r = cli("convert", f"{tmp_path / 'f.py'}:escape", "--shapes", "input:4x8", "--workdir", tmp_path / "wd",
+            "--targets", "torchscript", "--no-profile", "--device", "cpu", "--timeout", "60")
+    assert r.returncode == 0, r.stdout + r.stderr
+    time.sleep(17)       # every grandchild was born before the run returned: it would have written by now
+    assert not marker.exists(), "a process the model's code started outlived the run"
