@@ -124,10 +124,12 @@ def _lost_errors():
             rex.ObjectLostError)
 
 
-def _remote(ray):
-    """The task function, defined here so that no module imports Ray at import time."""
+def _remote(ray, *, fresh_worker: bool = False):
+    """The task function, defined here so that no module imports Ray at import time.
+    ``fresh_worker``: each call in a worker process of its own (``max_calls=1``; Ray accepts it
+    only where the function is declared, not in ``.options()``)."""
 
-    @ray.remote(max_retries=0)
+    @ray.remote(max_retries=0, **({"max_calls": 1} if fresh_worker else {}))
     def navigator_phase(req: dict) -> dict:
         import ray as ray_here
 
@@ -147,6 +149,7 @@ def run_on_ray(manifest: Manifest, run: dict, reporter, *, max_parallel: int | N
     from navigator.many.cluster import task_resources
 
     fn = _remote(ray)
+    fn_fresh = _remote(ray, fresh_worker=True)   # factories: their import puts folders on sys.path, modules
     lost_errors = _lost_errors()
     outcomes = [ModelOutcome(entry=e) for e in manifest.models]
     waiting = deque(_Job(outcome=o, phases=phases_of(o.entry)) for o in outcomes)
@@ -158,9 +161,8 @@ def run_on_ray(manifest: Manifest, run: dict, reporter, *, max_parallel: int | N
         job.outcome.attempts += 1
         job.tries += 1
         opts = task_resources(job.entry.resources, job.current)
-        if job.entry.is_factory:   # its import puts folders on sys.path and modules in sys.modules
-            opts["max_calls"] = 1
-        ref = fn.options(name=f"navigator {job.entry.name} {job.current}", **opts).remote(request(run, job))
+        task_fn = fn_fresh if job.entry.is_factory else fn   # in sys.modules: a worker of its own
+        ref = task_fn.options(name=f"navigator {job.entry.name} {job.current}", **opts).remote(request(run, job))
         inflight[ref] = job
         reporter.step_start(job.entry.name, job.current, None)
 

@@ -332,7 +332,23 @@ def test_a_node_lost_mid_run_loses_nothing(tmp_path, zoo6, one_at_a_time):
 
 @pytest.mark.slow
 def test_ctrl_c_stops_every_job_and_a_rerun_resumes(tmp_path, zoo6, one_at_a_time):
-    manifest = _manifest(tmp_path / "zoo.yaml", zoo6)
+    """Ctrl-C while jobs run: every job stops, every workspace is resumable, a re-run completes them
+    as one-at-a-time runs would. A seventh model's factory waits while a marker file exists, so the
+    manifest cannot finish before the signal however fast the machine is (no timing)."""
+    marker = tmp_path / "hold"
+    marker.write_text("")
+    (tmp_path / "held.py").write_text(f"""
+import os, time
+def held():
+    import torch
+    while os.path.exists({str(marker)!r}):
+        time.sleep(0.05)
+    torch.manual_seed(0)
+    return torch.nn.Linear(8, 4)
+""")
+    manifest = tmp_path / "zoo.yaml"
+    manifest.write_text(yaml.safe_dump({"defaults": dict(OPTIONS), "models": [
+        os.path.relpath(p, tmp_path) for p in zoo6] + [{"model": "held.py:held", "shapes": "input:4x8"}]}))
     workdir = tmp_path / "wd"
     with ray_cluster(tmp_path, workers=2) as cluster:
         cmd = [sys.executable, "-m", "navigator", "convert-many", str(manifest), "--workdir", str(workdir),
@@ -346,6 +362,7 @@ def test_ctrl_c_stops_every_job_and_a_rerun_resumes(tmp_path, zoo6, one_at_a_tim
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
+        marker.unlink()
         assert proc.returncode == 130, out + err
         assert "Traceback" not in err and "interrupted" in err
         attempts = _attempts(workdir)
@@ -358,6 +375,8 @@ def test_ctrl_c_stops_every_job_and_a_rerun_resumes(tmp_path, zoo6, one_at_a_tim
         again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
         assert again.returncode == 0, again.stdout + again.stderr
         made = {p.name[: -len(".nav.workspace")]: content(p) for p in workdir.glob("*.nav.workspace")}
+        held = made.pop("held")
+        assert held["state"] == "complete" and held["formats"]["onnx"]["runners"]["onnxruntime-cpu"]["verify"] == "ok"
         assert_same(made, one_at_a_time)
 
 
