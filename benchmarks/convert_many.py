@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -216,18 +215,9 @@ def scenario(name: str, paths: list[Path], tmp: Path, budget: float, rounds: int
 
 # --------------------------------------------------------------------------- report
 def machine() -> str:
-    cpu = platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-        mem = next(int(x.split()[1]) for x in Path("/proc/meminfo").read_text().splitlines()
-                   if x.startswith("MemTotal")) / 2**20
-    except (OSError, StopIteration):
-        mem = float("nan")
-    return (f"{cpu}, {os.cpu_count()} cores, {mem:.1f} GiB RAM, Python {platform.python_version()}, "
-            f"{platform.platform()}")
+    from machine_info import one_line
+
+    return one_line()
 
 
 def main() -> None:

@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shutil
 import statistics
@@ -306,23 +305,9 @@ def _versions(python: Path, names: list[str]) -> dict:
 
 
 def machine() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem_gib = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal"):
-                mem_gib = int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "ram_gib": mem_gib, "python": platform.python_version(),
-            "os": platform.platform()}
+    from machine_info import summary
+
+    return summary()
 
 
 # --------------------------------------------------------------------------- one run

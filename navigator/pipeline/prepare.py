@@ -300,12 +300,7 @@ def _stage_samples(samples: Any, config: NavigatorConfig, folder: Path) -> None:
     a dict batch keeps its keys, a tuple its positions (``__pos_<i>``), one tensor ``__single``."""
     from navigator.sources import samples as samples_mod
 
-    if isinstance(samples, (str, bytes, os.PathLike)):
-        raise UserInputError("samples: a path was given where batches were expected; use --samples DIR")
-    try:
-        iterator = iter(samples)
-    except TypeError:
-        raise UserInputError(f"samples: expected an iterable of batches, got {type(samples).__name__}") from None
+    iterator = samples_mod.iterate(samples)
     count = 0
     for i, batch in enumerate(iterator):
         if i >= (config.sample_count or samples_mod.DEFAULT_TAKEN):

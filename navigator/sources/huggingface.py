@@ -14,7 +14,6 @@ source is opened.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,12 +201,9 @@ class HFSource(TorchSource):
 
 
 def _take(samples: Any, count: int | None) -> list:
-    if isinstance(samples, (str, bytes, os.PathLike)):
-        raise UserInputError("samples: a path was given where batches were expected; use --samples DIR")
-    try:
-        iterator = iter(samples)
-    except TypeError:
-        raise UserInputError(f"samples: expected an iterable of batches, got {type(samples).__name__}") from None
+    from navigator.sources.samples import iterate
+
+    iterator = iterate(samples)
     taken = []
     for i, batch in enumerate(iterator):
         if i >= (count or 10):

@@ -129,14 +129,20 @@ def _np_dtype(name: str):
     return np.dtype(name)
 
 
-def from_iterable(batches: Iterable, signature: ModelSignature, *, count: int, batch_dim: int | None) -> list[dict]:
-    """Up to ``count`` batches from a list, generator or DataLoader."""
+def iterate(batches: Any):
+    """An iterator over user batches (a list, generator or DataLoader); a path or a non-iterable is
+    one error line."""
     if isinstance(batches, (str, bytes, os.PathLike)):
         raise UserInputError("samples: a path was given where batches were expected; use samples_dir / --samples")
     try:
-        iterator = iter(batches)
+        return iter(batches)
     except TypeError:
         raise UserInputError(f"samples: expected an iterable of batches, got {type(batches).__name__}") from None
+
+
+def from_iterable(batches: Iterable, signature: ModelSignature, *, count: int, batch_dim: int | None) -> list[dict]:
+    """Up to ``count`` batches from a list, generator or DataLoader."""
+    iterator = iterate(batches)
     out = []
     # islice stops before pulling batch count+1: a DataLoader may be slow or endless
     for i, batch in enumerate(itertools.islice(iterator, max(0, count))):

@@ -5,6 +5,7 @@ misbehaviour is planted."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -155,3 +156,17 @@ class BrokenAtImport:  # referenced by an entry point that fails to load
 raise_on_import = os.environ.get("NAV_TEST_PLUGIN_IMPORT_ERROR") == "1"
 if raise_on_import:
     raise ImportError("planted plugin import error")
+
+
+@contextlib.contextmanager
+def registered(*classes):
+    """These converters in the registry for the block's duration (a test's fixture)."""
+    from navigator.converters.registry import registry
+
+    for cls in classes:
+        registry.register(cls)
+    try:
+        yield
+    finally:
+        for cls in classes:
+            registry.unregister(cls.name)

@@ -18,7 +18,6 @@ import pytest
 import yaml
 
 import navigator
-from navigator.converters.registry import registry
 from navigator.errors import UserInputError
 from navigator.workspace import atomic
 from navigator.workspace import status as status_mod
@@ -33,11 +32,8 @@ FAST = dict(device="cpu", profile_budget_s=0.5, max_batch_size=4)
 # --------------------------------------------------------------------------- memory
 @pytest.fixture
 def balloon():
-    registry.register(plugins.Balloon)
-    registry.register(plugins.Copy)
-    yield
-    registry.unregister(plugins.Balloon.name)
-    registry.unregister(plugins.Copy.name)
+    with plugins.registered(plugins.Balloon, plugins.Copy):
+        yield
 
 
 def test_worker_over_the_memory_limit_fails_alone(balloon, tmp_path, onnx_model):

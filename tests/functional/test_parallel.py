@@ -14,7 +14,6 @@ import pytest
 import yaml
 
 import navigator
-from navigator.converters.registry import registry
 from navigator.workspace import schema
 
 from . import plugin_converters as plugins
@@ -24,11 +23,8 @@ pytestmark = pytest.mark.functional
 
 @pytest.fixture
 def crashing():
-    registry.register(plugins.Segfault)
-    registry.register(plugins.Copy)
-    yield
-    registry.unregister(plugins.Segfault.name)
-    registry.unregister(plugins.Copy.name)
+    with plugins.registered(plugins.Segfault, plugins.Copy):
+        yield
 
 
 def test_a_crash_in_one_parallel_worker_leaves_the_others_sound(crashing, tmp_path, onnx_model):
