@@ -258,6 +258,7 @@ def test_the_stray_write_check_catches_home_and_cwd(monkeypatch, tmp_path):
     monkeypatch.delenv("NAVIGATOR_CACHE", raising=False)
     before = conftest._outside_entries()
     (home / ".cache" / "navigator" / "triton-2.51").mkdir(parents=True)     # declared: allowed
+    (home / ".config" / "matplotlib").mkdir(parents=True)                  # declared, in a new ~/.config
     (home / ".cache" / "somelib").mkdir()                                    # new cache folder
     (home / ".navigatorrc").write_text("x")                                  # new file in home
     (cwd / "navigator_workdir").mkdir()                                      # a run without --workdir
