@@ -50,3 +50,17 @@ def one_line_error(r, *needles):
     for n in needles:
         assert n in lines[0], lines[0]
     return lines[0]
+
+
+def wait_for_worker(needle: str, proc, seconds: float = 120) -> None:
+    """Until a process whose command line holds ``needle`` runs (a worker of the run ``proc``):
+    tests that interrupt a run wait for a state, never for a time."""
+    import subprocess
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        if subprocess.run(["pgrep", "-f", needle], capture_output=True, text=True).stdout.strip():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no process matching {needle!r} started (the run ended with {proc.poll()})")

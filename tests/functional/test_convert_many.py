@@ -335,12 +335,14 @@ def test_ctrl_c_stops_every_job_and_a_rerun_resumes(tmp_path, zoo6, one_at_a_tim
     """Ctrl-C while jobs run: every job stops, every workspace is resumable, a re-run completes them
     as one-at-a-time runs would. A seventh model's factory waits while a marker file exists, so the
     manifest cannot finish before the signal however fast the machine is (no timing)."""
-    marker = tmp_path / "hold"
+    marker, holding = tmp_path / "hold", tmp_path / "holding"
     marker.write_text("")
     (tmp_path / "held.py").write_text(f"""
 import os, time
 def held():
     import torch
+    if os.path.exists({str(marker)!r}):
+        open({str(holding)!r}, "w").close()
     while os.path.exists({str(marker)!r}):
         time.sleep(0.05)
     torch.manual_seed(0)
@@ -355,14 +357,14 @@ def held():
                "--ray-address", cluster.address]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            if any(a["outcome"] == "running" for a in _attempts(workdir)) and \
-                    list(workdir.glob("*.nav.workspace/formats/*/worker.log")):
-                break
-            time.sleep(0.05)
+        while time.monotonic() < deadline and proc.poll() is None and not holding.exists():
+            time.sleep(0.05)        # the held model's factory runs: the manifest cannot be done
+        assert holding.exists(), "the held model never started"
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-        marker.unlink()
+        try:
+            out, err = proc.communicate(timeout=60)
+        finally:
+            marker.unlink()
         assert proc.returncode == 130, out + err
         assert "Traceback" not in err and "interrupted" in err
         attempts = _attempts(workdir)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import yaml
 import navigator
 from navigator.workspace import schema
 
+from ..conftest import wait_for_worker
 from . import plugin_converters as plugins
 
 pytestmark = pytest.mark.functional
@@ -77,10 +77,7 @@ def test_ctrl_c_stops_every_parallel_worker(tmp_path, onnx_model):
     ws = tmp_path / "wd" / "foldable_mlp.nav.workspace"
     proc = subprocess.Popen([sys.executable, "run.py", str(model), str(tmp_path / "wd")], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and not (ws / "formats" / "onnx-hang" / "convert.log").is_file():
-        time.sleep(0.1)
-    time.sleep(0.5)
+    wait_for_worker(f"navigator._worker {ws}/jobs/onnx-hang", proc)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode != 0, (out, err)
