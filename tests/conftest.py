@@ -64,3 +64,13 @@ def wait_for_worker(needle: str, proc, seconds: float = 120) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"no process matching {needle!r} started (the run ended with {proc.poll()})")
+
+
+def interruptible() -> None:
+    """``preexec_fn`` for a run a test will Ctrl-C: SIGINT back to its default in the child. A
+    shell starts background commands (``bash .ci/run &``) with SIGINT ignored, and Python keeps an
+    inherited SIG_IGN instead of raising KeyboardInterrupt, as it should; the test's own run must
+    still be interruptible."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ..conftest import models, one_line_error
+from ..conftest import interruptible, models, one_line_error
 
 pytestmark = pytest.mark.functional
 
@@ -355,7 +355,8 @@ def held():
     with ray_cluster(tmp_path, workers=2) as cluster:
         cmd = [sys.executable, "-m", "navigator", "convert-many", str(manifest), "--workdir", str(workdir),
                "--ray-address", cluster.address]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                                preexec_fn=interruptible)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None and not holding.exists():
             time.sleep(0.05)        # the held model's factory runs: the manifest cannot be done

@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from ..conftest import wait_for_worker
+from ..conftest import interruptible, wait_for_worker
 
 pytestmark = pytest.mark.functional
 
@@ -37,7 +37,8 @@ def test_sigint_stops_cleanly(tmp_path, onnx_model):
     script.write_text(CLI_WITH_HANG.format(root=str(ROOT)))
     proc = subprocess.Popen([sys.executable, str(script), "convert", str(model), "--workdir",
                              str(tmp_path / "wd"), "--targets", "onnx,onnx-hang", "--device", "cpu",
-                             "--no-profile"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--no-profile"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interruptible)
     wait_for_worker(f"navigator._worker {ws}/jobs/onnx-hang", proc)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)

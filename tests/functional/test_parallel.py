@@ -15,7 +15,7 @@ import yaml
 import navigator
 from navigator.workspace import schema
 
-from ..conftest import wait_for_worker
+from ..conftest import interruptible, wait_for_worker
 from . import plugin_converters as plugins
 
 pytestmark = pytest.mark.functional
@@ -76,6 +76,7 @@ def test_ctrl_c_stops_every_parallel_worker(tmp_path, onnx_model):
     (tmp_path / "run.py").write_text(SCRIPT)
     ws = tmp_path / "wd" / "foldable_mlp.nav.workspace"
     proc = subprocess.Popen([sys.executable, "run.py", str(model), str(tmp_path / "wd")], cwd=tmp_path,
+                            preexec_fn=interruptible,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_worker(f"navigator._worker {ws}/jobs/onnx-hang", proc)
     proc.send_signal(signal.SIGINT)

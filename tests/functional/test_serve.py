@@ -37,7 +37,7 @@ from navigator.workspace import npz
 from navigator.workspace import status as status_mod
 from navigator.workspace.status import ConvertStep, FormatStatus, ProfileStep, RunnerStatus, VerifyStep
 
-from ..conftest import models, one_line_error
+from ..conftest import interruptible, models, one_line_error
 
 pytestmark = pytest.mark.functional
 ATOL = {"onnx": 1e-5, "torch_export": 1e-5, "openvino": 1e-3}   # OpenVINO differs from ORT by ~3e-4
@@ -351,6 +351,7 @@ def test_triton_then_serve_answers_and_ctrl_c_stops_everything(server_env, ws, t
     assert r.returncode == 0, r.stdout + r.stderr
     [name] = os.listdir(copy / "triton")
     proc = subprocess.Popen([sys.executable, "-m", "navigator", "serve", copy / "triton", "--cpu-backends"],
+                            preexec_fn=interruptible,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
     try:
         out = _read_until(proc, "Ctrl-C stops the server", 120)
