@@ -47,7 +47,7 @@ class TorchSource(Source):
         from navigator.sources import torch_support as ts
         from navigator.types import ModelSignature, TensorSpec
 
-        raw = None
+        raw = folder = None
         if samples is not None:
             if isinstance(samples, (str, bytes, os.PathLike)):
                 raise UserInputError("samples: a path was given where batches were expected; use --samples DIR")
@@ -71,8 +71,8 @@ class TorchSource(Source):
             files = sorted(Path(config.samples).glob("*.npz")) if Path(config.samples).is_dir() else []
             if not files:
                 raise UserInputError(f"--samples {config.samples}: no .npz files there")
-            first = npz.load(files[0])
-            self.io = ts.call_convention(self.obj, first)
+            folder = [npz.load(f) for f in files[: config.sample_count or 10]]   # their ranks, dtypes and dims
+            self.io = ts.call_convention(self.obj, folder[0])
         else:
             shapes = (config.shapes or [None])[0] or {}
             if not shapes:
@@ -87,7 +87,8 @@ class TorchSource(Source):
             else:
                 raise UserInputError(f"--shapes names {', '.join(repr(n) for n in names)} do not match forward()'s "
                                      f"parameters ({', '.join(params)})")
-        first = raw[0] if raw else None
+        given = raw or folder   # the batches the signature is read from (a --samples folder's are loaded later)
+        first = given[0] if given else None
         ranks = {}
         dtypes = dict(config.dtypes or {})
         shape_sets = list(config.shapes or [])
@@ -107,8 +108,8 @@ class TorchSource(Source):
         profile = (config.shape_profiles or [None])[0] or {}
         inputs = []
         for name in self.io.inputs:
-            if raw:
-                seen = [b[name].shape for b in raw]
+            if given:
+                seen = [b[name].shape for b in given if name in b]
             elif shape_sets:
                 seen = [tuple(s[name]) for s in shape_sets if name in s]
             else:

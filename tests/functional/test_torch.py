@@ -125,6 +125,25 @@ def test_factory_from_the_cli(cli, tmp_path):
     assert torch.export.load(str(ws / "formats" / "torch_export" / "model.pt2")) is not None
 
 
+def test_factory_with_a_samples_folder_from_the_cli(cli, tmp_path):
+    """``file.py:factory --samples DIR``: the inputs' ranks, dtypes and static dims come from the
+    folder's batches (they were read as rank 0, refusing every sample)."""
+    import numpy as np
+
+    folder = tmp_path / "samples"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i, n in enumerate((8, 3)):
+        np.savez(folder / f"{i}.npz", x=rng.random((n, 3, 32, 32), dtype=np.float32))
+    r = cli("convert", f"{ROOT}/examples/cnn.py:small_cnn", "--samples", folder, "--workdir", tmp_path / "wd",
+            "--targets", "onnx", "--no-profile", "--device", "cpu")
+    assert r.returncode == 0, r.stdout + r.stderr
+    st = yaml.safe_load((tmp_path / "wd" / "cnn.nav.workspace" / "status.yaml").read_text())
+    assert st["signature"]["inputs"] == [{"name": "x", "dtype": "float32", "shape": [-1, 3, 32, 32]}]
+    assert st["samples"]["source"] == "folder"
+    assert st["formats"]["onnx"]["runners"]["onnxruntime-cpu"]["verify"]["status"] == "ok"
+
+
 def test_dict_inputs_and_structured_outputs_through_the_api(tmp_path):
     import navigator
 
