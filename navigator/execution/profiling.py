@@ -25,7 +25,8 @@ class ProfileSettings:
     max_batch_size: int = 64
     budget_s: float = 20.0
     window_s: float = 0.1          # a window is at least this long ...
-    window_min_iters: int = 10     # ... and at least this many inferences
+    window_min_iters: int = 10     # ... and at least this many inferences ...
+    window_enough_iters: int = 1000   # ... unless this many were run first (a model of microseconds)
     warmup_iters: int = 3
     warmup_max_s: float = 2.0      # ... more while a JIT is still specialising (warm_up)
     batch_sizes: list[int] | None = None   # explicit sweep instead of doubling
@@ -88,11 +89,15 @@ def warm_up(infer, feeds: dict, settings: ProfileSettings, deadline: float) -> i
 
 
 def window(infer, feeds: dict, settings: ProfileSettings, deadline: float = float("inf")) -> tuple[list[float], float]:
-    """One window: at least ``window_min_iters`` inferences and ``window_s`` seconds (the deadline
-    cuts it after one inference); returns each latency and the window's wall time (s)."""
+    """One window: at least ``window_min_iters`` inferences and ``window_s`` seconds, or
+    ``window_enough_iters`` inferences when they take less (a mean over 1,000 inferences is as
+    close as over more; what disturbs a short window, another process taking the core, shows in
+    the spread of the repeated windows, which then go on up to ``max_windows``); the deadline cuts
+    it after one inference. Returns each latency and the window's wall time (s)."""
     lat: list[float] = []
     start = time.perf_counter()
-    while len(lat) < settings.window_min_iters or time.perf_counter() - start < settings.window_s:
+    while len(lat) < settings.window_min_iters or (time.perf_counter() - start < settings.window_s
+                                                   and len(lat) < settings.window_enough_iters):
         if lat and time.perf_counter() > deadline:
             break   # the budget bounds a window too: a slow model must not run 10 more inferences
         t0 = time.perf_counter()
