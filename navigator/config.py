@@ -68,6 +68,9 @@ class NavigatorConfig:
     # by its memory (navigator.pipeline.schedule). Profiling always runs alone.
     jobs: int | None = None
     no_race: bool = False                           # profile each format to full depth in its own worker
+    # Fresh interpreters as workers instead of forks of a server that imported the frameworks once
+    # (navigator.execution.forkserver).
+    no_warm_workers: bool = False
     allow_failures: bool = False
     force: bool = False
     verify_batch_sizes: tuple[int, ...] | None = None
@@ -385,7 +388,7 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
                                      f"{value}")
             changes[key] = float(value)
         elif key in ("no_batching", "no_profile", "allow_failures", "force", "allow_nan", "trt_version_compatible",
-                     "trust_remote_code", "no_race"):
+                     "trust_remote_code", "no_race", "no_warm_workers"):
             changes[key] = bool(_check_type(key, value, bool))
         elif key in ("workdir", "samples", "triton_repo"):
             changes[key] = os.fspath(_check_type(key, value, (str, os.PathLike)))

@@ -92,7 +92,7 @@ class VerifyArgs(ArgGroup):
 class ProfileArgs(ArgGroup):
     title = "profiling and limits"
     dests = ("timeout", "profile_budget_s", "no_profile", "runners", "profile_batch_sizes", "worker_memory_gb", "jobs",
-             "no_race")
+             "no_race", "no_warm_workers")
 
     def add_to(self, parser):
         g = parser.add_argument_group(self.title)
@@ -106,6 +106,9 @@ class ProfileArgs(ArgGroup):
                                                              "per core, bounded by memory); profiling runs alone")
         g.add_argument("--no-race", action="store_true", help="profile every (format, runner) to full depth in its "
                                                               "own worker instead of racing them")
+        g.add_argument("--no-warm-workers", action="store_true",
+                       help="start each worker as a fresh interpreter, not as a fork of a server that imported "
+                            "the frameworks once")
         g.add_argument("--profile-batch-sizes", metavar="B,…",
                        help="measure exactly these batch sizes (default: 1, 2, 4 … until the gain is < 5%%)")
         g.add_argument("--runners", metavar="R,…", help="only these runners, e.g. onnxruntime,torch,torchscript "

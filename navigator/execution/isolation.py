@@ -205,14 +205,31 @@ def python_command(*args: str) -> list[str]:
     return [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), *args]
 
 
+def _start(job_path: Path, log_path: Path, env: dict, forkserver, cancel):
+    """The worker's process: a fork of the run's server when it has one, else a fresh interpreter."""
+    with open(log_path, "ab") as out:
+        if forkserver is not None:
+            from navigator.execution.forkserver import ServerGone
+
+            try:
+                return forkserver.spawn(job_path, out, env, cancel=cancel)
+            except ServerGone as e:
+                log.warning("%s: a fresh worker instead", e)
+        return subprocess.Popen(python_command("-m", "navigator._worker", str(job_path)), stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                env=env)
+
+
 def run_worker(job: Job, job_path: Path, log_path: Path, *, stage_timeout_s: float,
                on_event: Callable[[Event], None] | None = None, env: dict | None = None,
-               memory_limit_gb: float | None = None, cancel=None) -> WorkerOutcome:
+               memory_limit_gb: float | None = None, cancel=None, forkserver=None) -> WorkerOutcome:
     """Run one job in a worker, calling ``on_event`` for each event as it comes.
     ``memory_limit_gb``: kill the worker when its unreclaimable memory (with its
     descendants') exceeds it; None or 0: no limit. ``cancel`` (a threading.Event): when
     set, the worker is stopped and KeyboardInterrupt raised, as on Ctrl-C -- how a run
-    watching several workers from threads stops them all (navigator.pipeline.schedule)."""
+    watching several workers from threads stops them all (navigator.pipeline.schedule).
+    ``forkserver``: the run's :class:`~navigator.execution.forkserver.ForkServer`, whose child
+    runs the job (a warm worker); a fresh interpreter when None or when the server is gone."""
     events_path = Path(job.events)
     events_path.parent.mkdir(parents=True, exist_ok=True)
     events_path.write_text("")
@@ -225,10 +242,7 @@ def run_worker(job: Job, job_path: Path, log_path: Path, *, stage_timeout_s: flo
     child_env.setdefault("PYTHONUNBUFFERED", "1")
     child_env["NAVIGATOR_WORKER"] = "1"
     start = time.monotonic()
-    with open(log_path, "ab") as out:
-        proc = subprocess.Popen(python_command("-m", "navigator._worker", str(job_path)), stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                env=child_env)
+    proc = _start(job_path, log_path, child_env, forkserver, cancel)
     outcome = WorkerOutcome(returncode=None)
     tail = EventTail(events_path)
     limit = int(memory_limit_gb * GIB) if memory_limit_gb else None

@@ -19,7 +19,11 @@ import time
 
 def reap(proc: subprocess.Popen, *, block: bool) -> tuple[int | None, float | None]:
     """(exit code as Popen gives it, peak RSS in MiB) once the child has ended, (None, None)
-    while it runs. ``wait4`` gives the child's own ``ru_maxrss`` (its VmHWM)."""
+    while it runs. ``wait4`` gives the child's own ``ru_maxrss`` (its VmHWM). A fork server's
+    child (:class:`navigator.execution.forkserver.ForkedWorker`) is reaped by its server."""
+    own = getattr(proc, "reap", None)
+    if own is not None:
+        return own(block=block)
     if proc.returncode is not None:
         return proc.returncode, None
     try:

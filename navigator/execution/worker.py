@@ -158,13 +158,16 @@ def _die_with_parent(parent_pid: int | None) -> None:
         os._exit(1)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, forked: bool = False) -> int:
+    """Run the job of ``JOB.json``. ``forked``: this process is a fork server's child
+    (navigator.execution.forkserver), which already dies with its server, and the server with the run."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print("usage: python -m navigator._worker JOB.json", file=sys.stderr)
         return 2
     job = Job.from_json(Path(argv[0]).read_text(encoding="utf-8"))
-    _die_with_parent(job.parent_pid)
+    if not forked:
+        _die_with_parent(job.parent_pid)
     for p in reversed(job.sys_path):
         if p not in sys.path:
             sys.path.insert(0, p)

@@ -61,6 +61,7 @@ class RunContext:
     open_steps: dict = field(default_factory=dict)  # (key, stage, runner) -> monotonic start (progress)
     workers_running: int = 0
     measuring: bool = False
+    forkserver: Any = None           # the run's warm workers (navigator.execution.forkserver), or None
 
     def locked(self):
         return self.lock if self.lock is not None else contextlib.nullcontext()

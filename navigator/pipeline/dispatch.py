@@ -36,7 +36,7 @@ def run_job(ctx: RunContext, name: str, tasks: list[Task], log_path: Path, sys_p
     with ctx.unlocked(), ctx.worker_slot():   # other formats' threads apply their events meanwhile
         outcome = isolation.run_worker(job, ctx.ws.job_file(name), log_path, stage_timeout_s=ctx.config.timeout,
                                        on_event=on_event, memory_limit_gb=ctx.config.worker_memory_gb,
-                                       cancel=ctx.cancel)
+                                       cancel=ctx.cancel, forkserver=ctx.forkserver)
     ctx.timings.setdefault("workers", []).append((name, time.perf_counter() - start, stage_durations(outcome)))
     log.info("worker %s: %.2f s, peak RSS %s MiB", name, time.perf_counter() - start, outcome.peak_rss_mb)
     for task in tasks:

@@ -53,7 +53,7 @@ def environment(device: str) -> dict:
     return env
 
 
-def prepare(model: Any, samples: Any, config: NavigatorConfig, reporter) -> Prepared:
+def prepare(model: Any, samples: Any, config: NavigatorConfig, reporter, *, forkserver=None) -> Prepared:
     """Open the source, read its signature, pick the workspace, take or generate
     the samples and derive the shape profiles. Writes nothing into the workspace yet.
     A ``file.py:factory`` source and a Hugging Face folder are prepared in a worker
@@ -62,13 +62,13 @@ def prepare(model: Any, samples: Any, config: NavigatorConfig, reporter) -> Prep
     from navigator.sources import is_factory_spec, is_hf_folder_spec, open_source
 
     if is_factory_spec(model):
-        return prepare_in_worker(model, samples, config, reporter)
+        return prepare_in_worker(model, samples, config, reporter, forkserver=forkserver)
     if is_hf_folder_spec(model, config.model_format):
         from navigator.sources import hf_support
 
         if config.task is not None and config.task not in hf_support.TASKS:   # said before a worker starts
             raise UserInputError(f"--task {config.task!r} is not supported; supported tasks: {hf_support.supported()}")
-        return prepare_in_worker(str(Path(model)), samples, config, reporter)
+        return prepare_in_worker(str(Path(model)), samples, config, reporter, forkserver=forkserver)
     source = open_source(model, config.model_format, config.signature_name, task=config.task,
                          trust_remote_code=config.trust_remote_code)
     return prepare_source(source, samples, config, reporter)
@@ -330,7 +330,7 @@ def _load_staged_samples(folder: Path) -> list:
     return batches
 
 
-def prepare_in_worker(model: str, samples: Any, config: NavigatorConfig, reporter) -> Prepared:
+def prepare_in_worker(model: str, samples: Any, config: NavigatorConfig, reporter, *, forkserver=None) -> Prepared:
     """Prepare a ``file.py:factory`` source (or a Hugging Face folder) in a worker under the run's --timeout and
     --worker-memory-gb: a factory or forward that hangs, balloons, crashes or exits ends in one
     error line, never in the calling process. The worker's files live in a scratch folder of the
@@ -362,7 +362,8 @@ def prepare_in_worker(model: str, samples: Any, config: NavigatorConfig, reporte
         job = Job(workspace=str(tmp), events=str(tmp / "prepare.events.jsonl"), tasks=[task],
                   parent_pid=os.getpid())
         outcome = isolation.run_worker(job, tmp / "prepare.json", tmp / "prepare.log",
-                                       stage_timeout_s=config.timeout, memory_limit_gb=config.worker_memory_gb)
+                                       stage_timeout_s=config.timeout, memory_limit_gb=config.worker_memory_gb,
+                                       forkserver=forkserver)
         ended = [e for e in outcome.events if e.ended]
         if ended and ended[-1].status != "ok":      # the stage said why (an exception of the factory, bad input)
             why = ended[-1].result.get("reason") or "the prepare stage failed"

@@ -83,7 +83,8 @@ def run_race(ctx: RunContext) -> None:
     ctx.process_starts += 1
     start = time.perf_counter()
     outcome = isolation.run_worker(job, ctx.ws.job_file("race"), ctx.ws.race_log, stage_timeout_s=ctx.config.timeout,
-                                   on_event=lambda e: _apply(ctx, e), memory_limit_gb=ctx.config.worker_memory_gb)
+                                   on_event=lambda e: _apply(ctx, e), memory_limit_gb=ctx.config.worker_memory_gb,
+                                   forkserver=ctx.forkserver)
     ctx.timings.setdefault("workers", []).append(("race", time.perf_counter() - start, {}))
     log.info("race worker: %.2f s, peak RSS %s MiB", time.perf_counter() - start, outcome.peak_rss_mb)
     if not outcome.reason:

@@ -125,12 +125,27 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
     """The whole pipeline for one model (navigator.pipeline's docstring). ``defer_profiles``:
     profiles that cannot be reused from the last run are not measured but left ``skipped``
     (:data:`~navigator.pipeline.execute.DEFERRED`) for a later run to measure, unlike
-    ``--no-profile``, which drops them (convert-many's build phase)."""
+    ``--no-profile``, which drops them (convert-many's build phase). The run's workers are forks
+    of one server that imports the frameworks while the source is prepared
+    (:mod:`navigator.execution.forkserver`), unless ``no_warm_workers``."""
+    from navigator.execution import forkserver
+
+    server = forkserver.start_for(model, config)
+    try:
+        return _run(model, samples, config, reporter, verify_func=verify_func, defer_profiles=defer_profiles,
+                    server=server)
+    finally:
+        if server is not None:
+            server.close()
+
+
+def _run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_func, defer_profiles: bool,
+         server) -> RunOutcome:
     t0 = time.perf_counter()
     explicit_memory_gb = config.worker_memory_gb
     config = config.resolved()
     device, runner_devices = resolve_device(config.device)
-    prep = prepare(model, samples, config, reporter)
+    prep = prepare(model, samples, config, reporter, forkserver=server)
     ws, source = prep.ws, prep.source
     targets, dropped = requested_targets(config, source, device)
     planned, unsupported = plan_formats(config, source, targets)
@@ -162,10 +177,14 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
                 reporter.info("resuming: unchanged steps of the last run are reused (--force redoes them)")
             ctx = RunContext(config=config, ws=ws, status=st, source=source, device=device, reporter=reporter,
                              runner_devices=runner_devices, resume_from=previous,
-                             verify_func=verify_func, timings=timings, defer_profiles=defer_profiles)
+                             verify_func=verify_func, timings=timings, defer_profiles=defer_profiles,
+                             forkserver=server)
             ctx.jobs = schedule.job_count(config.jobs, explicit_memory_gb=explicit_memory_gb, no_race=config.no_race,
                                           size_bytes=schedule.model_bytes(source.path))
             log.info("up to %d format workers at once (--jobs)", ctx.jobs)
+            if server is not None:
+                log.info("warm workers: each worker is a fork of the fork server %s, which imports %s "
+                         "(--no-warm-workers: fresh interpreters)", server.pid, ", ".join(server.preload))
             if source.format == "torch" and ctx.is_live:
                 from navigator.sources import torch_support
 

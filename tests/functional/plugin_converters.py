@@ -98,6 +98,44 @@ class Copy(_Onnx):
         shutil.copyfile(ctx.source, ctx.output)
 
 
+class Lineage(_Onnx):
+    """Copies the model and writes, beside it, where its worker came from: its own and its parent's
+    command line, the modules already imported as the conversion starts, its working directory."""
+
+    name = "test_lineage"
+    target = "onnx-lineage"
+
+    def convert(self, ctx):
+        import json
+        import sys
+        from pathlib import Path
+
+        def cmdline(pid):
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+
+        shutil.copyfile(ctx.source, ctx.output)
+        facts = {"pid": os.getpid(), "ppid": os.getppid(), "cmdline": cmdline(os.getpid()),
+                 "parent_cmdline": cmdline(os.getppid()), "cwd": os.getcwd(),
+                 "modules": sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "polygraphy", "onnxruntime")),
+                 "env": os.environ.get("NAVIGATOR_TEST_LINEAGE")}
+        (Path(ctx.output).parent / "lineage.json").write_text(json.dumps(facts))
+
+
+class KillsServer(_Onnx):
+    """SIGKILLs the process that started its worker: under warm workers, the run's fork server."""
+
+    name = "test_kills_server"
+    target = "onnx-killserver"
+
+    def convert(self, ctx):
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            if b"navigator._forkserver" not in f.read():   # never the run itself (a fresh worker's parent)
+                raise RuntimeError("not a fork server's child")
+        os.kill(os.getppid(), signal.SIGKILL)
+        time.sleep(30)   # dies with its server (PR_SET_PDEATHSIG) long before this ends
+
+
 class NeedsMissingPackage(_Onnx):
     """Requires a package that is not installed: skipped, naming it, with reproduce.sh written."""
 

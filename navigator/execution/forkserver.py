@@ -1,0 +1,424 @@
+"""Warm workers: one fork server per run that imports the heavy frameworks once.
+
+A fresh worker is a new interpreter that imports what its job needs: ``import torch`` alone is
+~1.3 s on a 2-core machine, torch's compiler ~2.8 s, and a torch run starts a worker per format
+plus the race worker. So a run starts one server (``python -P -m navigator._forkserver``) as it
+begins; while the run prepares its source, the server imports what the run's workers will need
+(:func:`preload_for`), one module at a time, and forks one child per job as the jobs come (a
+job that comes before the imports are done imports the rest itself). The child is the worker: it runs the job as
+``python -m navigator._worker JOB.json`` would (:func:`navigator.execution.worker.main`).
+
+What stays exactly as with a fresh worker:
+
+* **Isolation.** Every job is a process of its own, forked from the pristine server (never from
+  an earlier job), leading a process group of its own in the server's session (which is not the
+  terminal's): a crash, a hang or a leak ends with it; the parent
+  stops its process group on a timeout or Ctrl-C (:func:`navigator.execution.processes.stop_group`).
+* **Memory limit and peak.** The parent watches the child's unreclaimable memory (with its
+  descendants') as it does a fresh worker's (:mod:`navigator.execution.isolation`); the pages it
+  shares copy-on-write with the server count as they would in a fresh worker that imported the
+  same modules. Its peak resident set comes from the server's ``wait4``.
+* **Environment.** The child takes the environment of the run at the time of the job, its
+  working directory, stdin from /dev/null, stdout and stderr into the job's log. Thread counts
+  that a library reads at import (``OMP_NUM_THREADS`` for torch) are those of the server's start;
+  when the job's value differs, the child sets torch's thread count to it.
+* **Lifetime.** The server leaves with the run: when the run's end of the control socket closes
+  (the run ended, or died even by SIGKILL) the server kills every child's process group and
+  exits; each child gets SIGKILL when the server dies (``PR_SET_PDEATHSIG``).
+
+Fork safety: the server only imports. It never runs a kernel, opens an inference session,
+initialises CUDA or starts a thread of its own, so its children inherit no thread pool, lock or
+device context a fork would break (the state PyTorch's DataLoader workers are forked from is
+less clean). TensorFlow is never preloaded (it starts threads at import): a job that needs a
+module the server did not import imports it after the fork, as a fresh worker would. Where a
+server cannot start, or dies, the run goes on with fresh workers (the log says so);
+``--no-warm-workers`` (``no_warm_workers=True``) always uses fresh ones.
+
+Protocol (no file on disk: two socket pairs, ``SOCK_SEQPACKET``, so each message is whole):
+the run sends ``{"job", "env", "cwd"}`` on the control socket with two file descriptors, a job
+socket and the job's log; the server forks, answers ``{"pid"}`` on that job socket, and once the
+child has ended ``{"exit", "maxrss_kb"}`` (exit as :class:`subprocess.Popen` gives it: the
+negative signal number for a signal).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE = 1 << 20
+TITLE_ROOM = 4600   # spare command-line bytes the server starts with: each child's title is written there
+BASE_PRELOAD = ("numpy", "onnx", "onnxruntime", "polygraphy.backend.onnxrt", "navigator.execution.worker",
+                "navigator.execution.stages", "navigator.execution.profiling", "navigator.runners.onnxruntime")
+TORCH_PRELOAD = ("torch", "torch.export", "torch._dynamo", "torch._inductor.compile_fx", "torch.onnx",
+                 "navigator.runners.torch")
+TORCH_SUFFIXES = (".py", ".pt", ".pt2", ".pth", ".ts", ".bin", ".safetensors")
+
+
+class ServerGone(Exception):
+    """The fork server is not there to fork (it never started, died or was closed)."""
+
+
+def available() -> bool:
+    return sys.platform.startswith("linux") and hasattr(socket, "send_fds")
+
+
+def preload_for(model, config) -> list[str]:
+    """The modules a run's workers will import, as far as the model tells before it is opened:
+    always NumPy, ONNX, onnxruntime, Polygraphy and Navigator's stages; torch and its compiler for a
+    torch source (a live module, a ``file.py:factory``, a checkpoint, a Hugging Face folder) or a torch
+    target; transformers for a Hugging Face folder; OpenVINO when asked for. Never TensorFlow."""
+    import importlib.util
+
+    names = list(BASE_PRELOAD)
+    text = "" if model is None or not isinstance(model, (str, os.PathLike)) else os.fspath(model)
+    targets = " ".join(getattr(config, "targets", None) or ())
+    live_torch = type(model).__module__.startswith("torch") or any(
+        c.__module__.startswith("torch.nn") for c in type(model).__mro__)
+    hf_folder = bool(text) and Path(text).is_dir() and (Path(text) / "config.json").is_file()
+    torchy = (live_torch or hf_folder or ".py:" in text or text.endswith(TORCH_SUFFIXES)
+              or any(t in targets for t in ("torch", "aoti")))
+    if torchy:
+        names += TORCH_PRELOAD
+    if hf_folder or (not text and type(model).__module__.startswith("transformers")):
+        names.append("transformers")
+    if "openvino" in targets:
+        names.append("openvino")
+    return [n for n in names if importlib.util.find_spec(n.split(".")[0]) is not None]
+
+
+class ForkedWorker:
+    """A job's process forked by the server: what :mod:`navigator.execution.processes` needs of a
+    :class:`subprocess.Popen` (``pid``, ``returncode``) plus :meth:`reap`."""
+
+    def __init__(self, pid: int, sock: socket.socket):
+        self.pid = pid
+        self.returncode: int | None = None
+        self._sock = sock
+        self._peak_mb: float | None = None
+
+    def reap(self, *, block: bool) -> tuple[int | None, float | None]:
+        """(exit code, peak RSS MiB) once the server has reaped the child, (None, None) while it runs."""
+        if self.returncode is not None:
+            return self.returncode, self._peak_mb
+        self._sock.setblocking(block)
+        try:
+            data = self._sock.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return None, None
+        except OSError:
+            data = b""
+        if not data:   # the server died before it could say: the child died with it (PR_SET_PDEATHSIG)
+            self.returncode = -signal.SIGKILL
+        else:
+            message = json.loads(data)
+            self.returncode = int(message["exit"])
+            self._peak_mb = round(message["maxrss_kb"] / 1024, 1)
+        self._sock.close()
+        return self.returncode, self._peak_mb
+
+
+class ForkServer:
+    """The run's side of a fork server: :meth:`start`, :meth:`spawn` per job (any thread), :meth:`close`."""
+
+    def __init__(self, preload: list[str]):
+        self.preload = list(preload)
+        self._proc: subprocess.Popen | None = None
+        self._ctl: socket.socket | None = None
+        self._lock = threading.Lock()
+        self.started = 0.0
+
+    def start(self, env: dict | None = None) -> "ForkServer":
+        from navigator.execution.isolation import python_command
+
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        child_env = dict(os.environ if env is None else env)
+        child_env.setdefault("PYTHONUNBUFFERED", "1")
+        child_env["NAVIGATOR_WORKER"] = "1"
+        try:
+            self._proc = subprocess.Popen(
+                python_command("-m", "navigator._forkserver", str(child.fileno()), json.dumps(self.preload),
+                               " " * TITLE_ROOM),
+                pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, start_new_session=True, env=child_env)
+        finally:
+            child.close()
+        self._ctl = parent
+        self.started = time.monotonic()
+        log.info("fork server %d started, preloading %s", self._proc.pid, ", ".join(self.preload))
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None and self._ctl is not None
+
+    def spawn(self, job_path: Path, log_file, env: dict, cancel=None) -> ForkedWorker:
+        """Fork a worker for ``job_path`` writing into the open ``log_file``; ServerGone when the
+        server cannot (the caller starts a fresh worker instead). Waits for the server to finish
+        its imports (the job would import them itself otherwise)."""
+        if not self.alive:
+            raise ServerGone("the fork server is not running")
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        request = json.dumps({"job": str(job_path), "env": env, "cwd": os.getcwd()}).encode()
+        try:
+            with self._lock:
+                socket.send_fds(self._ctl, [request], [theirs.fileno(), log_file.fileno()])
+        except OSError as e:   # the server is gone, or the environment is too large for one message
+            ours.close()
+            raise ServerGone(f"the fork server could not take the job: {e}") from None
+        finally:
+            theirs.close()
+        ours.settimeout(0.2)
+        while True:
+            try:
+                data = ours.recv(4096)
+                break
+            except TimeoutError:
+                if not self.alive:
+                    data = b""
+                    break
+                if cancel is not None and cancel.is_set():
+                    ours.close()
+                    raise KeyboardInterrupt from None
+            except BaseException:
+                ours.close()
+                raise
+        if not data:
+            ours.close()
+            raise ServerGone("the fork server ended before it forked the job")
+        return ForkedWorker(int(json.loads(data)["pid"]), ours)
+
+    def close(self) -> None:
+        """End the server and reap it. Closing the control socket makes it kill any child still
+        running and exit; one still importing a module is stopped (its children die with it)."""
+        if self._ctl is not None:
+            self._ctl.close()
+            self._ctl = None
+        if self._proc is not None:
+            from navigator.execution.processes import stop_group
+
+            try:
+                self._proc.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                stop_group(self._proc, grace_s=1.0)
+            self._proc = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def start_for(model, config) -> ForkServer | None:
+    """A started server for a run of ``model`` with ``config``, or None (``no_warm_workers``, not
+    Linux, or it could not start: the run uses fresh workers)."""
+    if getattr(config, "no_warm_workers", False) or os.environ.get("NAVIGATOR_WARM_WORKERS") == "0" \
+            or not available():
+        return None
+    try:
+        return ForkServer(preload_for(model, config)).start()
+    except OSError as e:
+        log.warning("fork server not started (%s): fresh workers instead", e)
+        return None
+
+
+# --------------------------------------------------------------------------- the server process
+def serve(ctl_fd: int, preload: list[str]) -> int:
+    """The server's loop: import ``preload``, then fork a child per request until the control
+    socket closes."""
+    import importlib
+    import warnings
+
+    from navigator.execution.processes import parent_death_signal
+
+    parent_death_signal(signal.SIGKILL)   # the run's thread that started us; the socket covers the rest
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    set_title(f"{sys.executable} -m navigator._forkserver (the warm workers of run {os.getppid()})")
+    ctl = socket.socket(fileno=ctl_fd)
+    warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)   # 3.12: threads at fork
+    children: dict[int, socket.socket] = {}
+    pending = list(preload)
+    import select
+
+    while True:
+        _reap_children(children)
+        try:
+            ready, _, _ = select.select([ctl], [], [], 0 if pending else 0.02)
+        except InterruptedError:
+            continue
+        if not ready:
+            if pending:   # one module at a time: a job asked for meanwhile is forked first and imports the rest
+                name = pending.pop(0)
+                try:
+                    importlib.import_module(name)
+                except Exception as e:   # noqa: BLE001 - a job that needs it reports the error itself
+                    print(f"navigator fork server: preloading {name} failed: {e}", file=sys.stderr)
+            continue
+        try:
+            data, fds, _, _ = socket.recv_fds(ctl, MAX_MESSAGE, 2)
+        except OSError:
+            data, fds = b"", []
+        if not data:
+            break
+        if len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            continue
+        job_sock, log_fd = socket.socket(fileno=fds[0]), fds[1]
+        request = json.loads(data)
+        pid = os.fork()
+        if pid == 0:
+            _child(request, ctl, job_sock, log_fd, children)   # never returns
+        os.close(log_fd)
+        try:
+            os.setpgid(pid, pid)   # before the run hears of it, so the run's kill reaches the group
+        except OSError:
+            pass
+        try:
+            job_sock.send(json.dumps({"pid": pid}).encode())
+        except OSError:
+            pass
+        children[pid] = job_sock
+    for pid in children:   # the run is gone: so are its jobs
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    deadline = time.monotonic() + 5
+    while children and time.monotonic() < deadline:
+        _reap_children(children)
+        time.sleep(0.01)
+    return 0
+
+
+def _reap_children(children: dict) -> None:
+    while children:
+        try:
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        sock = children.pop(pid, None)
+        if sock is None:
+            continue
+        try:
+            sock.send(json.dumps({"exit": os.waitstatus_to_exitcode(status), "maxrss_kb": usage.ru_maxrss}).encode())
+        except OSError:
+            pass
+        sock.close()
+
+
+def _child(request: dict, ctl: socket.socket, job_sock: socket.socket, log_fd: int, children: dict) -> None:
+    """The forked worker: become what ``python -m navigator._worker JOB.json`` would be, run the job
+    and leave with ``os._exit``."""
+    code = 1
+    try:
+        os.setpgid(0, 0)   # a process group of its own (the server sets it too: no race with a kill)
+        server = os.getppid()
+        ctl.close()
+        job_sock.close()
+        for sock in children.values():
+            sock.close()
+        children.clear()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for sig in (signal.SIGTERM, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(devnull)
+        os.close(log_fd)
+        _set_threads(request["env"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        from navigator.execution.processes import become_subreaper, parent_death_signal
+
+        parent_death_signal(signal.SIGKILL)
+        if os.getppid() != server:   # the server died before prctl took effect
+            os._exit(1)
+        become_subreaper()
+        from navigator.execution import worker
+
+        sys.argv = [worker.__file__, request["job"]]
+        from navigator.execution.isolation import python_command
+
+        set_title(" ".join(python_command("-m", "navigator._worker", request["job"])))
+        code = worker.main([request["job"]], forked=True)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:   # noqa: B902 - a worker's crash goes to its log, as a fresh worker's would
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            from navigator.execution.processes import kill_descendants
+
+            kill_descendants()
+        finally:
+            os._exit(code)
+
+
+def set_title(text: str) -> bool:
+    """Write ``text`` over this process's command line (what ``ps`` and ``pgrep -f`` read from
+    /proc/PID/cmdline), as setproctitle does: the kernel reads the bytes between the argument area's
+    start and end, fields 48 and 49 of /proc/self/stat, which are this process's own memory. A forked
+    worker thus reads ``python -P -m navigator._worker JOB.json`` like a fresh one. The text is cut to
+    the room the server started with (:data:`TITLE_ROOM`). False where it cannot be done."""
+    import ctypes
+
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])   # fields 48, 49 counted from 1, after pid and comm
+    except (OSError, IndexError, ValueError):
+        return False
+    room = end - start
+    if room <= 1:
+        return False
+    data = text.encode("utf-8", "surrogateescape")[: room - 1]
+    ctypes.memmove(start, data + b"\0" * (room - len(data)), room)
+    return True
+
+
+def _set_threads(env: dict) -> None:
+    """torch read OMP_NUM_THREADS when the server imported it: a job's other value applies here."""
+    value = env.get("OMP_NUM_THREADS")
+    if value == os.environ.get("OMP_NUM_THREADS") or "torch" not in sys.modules:
+        return
+    try:
+        n = int(value) if value else os.cpu_count() or 1
+    except ValueError:
+        return
+    if n > 0:
+        sys.modules["torch"].set_num_threads(n)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) not in (2, 3):   # the third: the room for the children's titles
+        print("usage: python -m navigator._forkserver CONTROL_FD PRELOAD_JSON [SPACES]", file=sys.stderr)
+        return 2
+    return serve(int(argv[0]), json.loads(argv[1]))
+
+

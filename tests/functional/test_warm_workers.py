@@ -1,0 +1,155 @@
+"""Warm workers (navigator.execution.forkserver): a run's workers are forks of one server that
+imported the frameworks once, with a fresh worker's isolation. Real runs, real processes: a crash
+leaves the server serving, the server's death leaves the run on fresh workers, a SIGKILLed run
+leaves no server or worker behind, and ``no_warm_workers`` starts fresh interpreters."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import navigator
+from navigator.execution import forkserver
+
+from ..conftest import wait_for_worker
+from . import plugin_converters as plugins
+
+pytestmark = [pytest.mark.functional,
+              pytest.mark.skipif(not forkserver.available(), reason="warm workers need Linux (fork, SCM_RIGHTS)")]
+FAST = dict(device="cpu", no_profile=True, max_batch_size=4, jobs=1)
+
+
+def _lineage(result) -> dict:
+    return json.loads((Path(result.workspace) / "formats" / "onnx-lineage" / "lineage.json").read_text())
+
+
+@pytest.fixture
+def lineage():
+    with plugins.registered(plugins.Lineage):
+        yield
+
+
+def test_workers_are_forks_of_one_server_that_preloaded(lineage, tmp_path, onnx_model, monkeypatch):
+    monkeypatch.setenv("NAVIGATOR_TEST_LINEAGE", "seen")
+    result = navigator.convert(onnx_model("foldable_mlp"), workdir=tmp_path / "w", targets=["onnx", "onnx-lineage"],
+                               **FAST)
+    assert result.status.formats["onnx-lineage"].runners["onnxruntime-cpu"].verify.status == "ok"
+    facts = _lineage(result)
+    assert "navigator._forkserver" in facts["parent_cmdline"] and facts["ppid"] != os.getpid()
+    # its command line names its job, as a fresh worker's does (ps, pgrep -f, the tests' process checks)
+    assert f"navigator._worker {result.workspace}/jobs/onnx-lineage" in facts["cmdline"], facts["cmdline"]
+    # imported by the server, not by anything the job ran before its conversion
+    assert "polygraphy.backend.onnxrt" in facts["modules"] and "torch" not in facts["modules"]
+    assert facts["cwd"] == os.getcwd() and facts["env"] == "seen"
+    log = (Path(result.workspace) / "navigator.log").read_text()
+    assert "fork server" in log and "fresh worker instead" not in log
+
+
+def test_no_warm_workers_starts_fresh_interpreters(lineage, tmp_path, onnx_model):
+    result = navigator.convert(onnx_model("foldable_mlp"), workdir=tmp_path / "w", targets=["onnx", "onnx-lineage"],
+                               no_warm_workers=True, **FAST)
+    facts = _lineage(result)
+    assert facts["ppid"] == os.getpid()
+    assert "polygraphy.backend.onnxrt" not in facts["modules"]
+    assert "fork server" not in (Path(result.workspace) / "navigator.log").read_text()
+
+
+def test_a_crash_leaves_the_server_serving(tmp_path, onnx_model):
+    with plugins.registered(plugins.Segfault, plugins.Lineage):
+        result = navigator.convert(onnx_model("foldable_mlp"), workdir=tmp_path / "w",
+                                   targets=["onnx", "onnx-crash", "onnx-lineage"], **FAST)
+    st = result.status
+    assert st.formats["onnx-crash"].convert.status == "failed"
+    assert "SIGSEGV" in st.formats["onnx-crash"].convert.reason
+    assert st.formats["onnx-lineage"].runners["onnxruntime-cpu"].verify.status == "ok"
+    assert "navigator._forkserver" in _lineage(result)["parent_cmdline"]   # forked after the crash
+
+
+def test_a_dead_server_leaves_the_run_on_fresh_workers(tmp_path, onnx_model):
+    with plugins.registered(plugins.KillsServer, plugins.Lineage):
+        result = navigator.convert(onnx_model("foldable_mlp"), workdir=tmp_path / "w",
+                                   targets=["onnx", "onnx-killserver", "onnx-lineage"], **FAST)
+    st = result.status
+    killed = st.formats["onnx-killserver"].convert
+    assert killed.status == "failed" and "SIGKILL" in killed.reason, killed.reason
+    assert st.formats["onnx-lineage"].runners["onnxruntime-cpu"].verify.status == "ok"
+    assert _lineage(result)["ppid"] == os.getpid()   # the server is gone: a fresh interpreter
+    assert "a fresh worker instead" in (Path(result.workspace) / "navigator.log").read_text()
+
+
+HANG = """
+import time
+from navigator.converters.base import Converter
+from navigator.converters.registry import register
+
+@register
+class Hang(Converter):
+    name = "test_hang_warm"
+    source = "onnx"
+    target = "onnx-hang"
+    requires = ("onnx",)
+
+    def convert(self, ctx):
+        while True:
+            time.sleep(0.05)
+"""
+SCRIPT = """
+import sys
+import navigator
+import hang_warm   # a module, not __main__: its converter runs in a worker
+
+navigator.convert(sys.argv[1], workdir=sys.argv[2], targets=["onnx", "onnx-hang"], device="cpu", timeout=300,
+                  no_profile=True, max_batch_size=4)
+"""
+
+
+def _processes(needle: str) -> str:
+    return subprocess.run(["pgrep", "-af", needle], capture_output=True, text=True).stdout.strip()
+
+
+def test_a_killed_run_leaves_no_server_and_no_worker(tmp_path, onnx_model):
+    """SIGKILL gives the run no chance to clean up: its server sees the control socket close and
+    kills its children, and each child dies with its server (PR_SET_PDEATHSIG)."""
+    (tmp_path / "hang_warm.py").write_text(HANG)
+    (tmp_path / "run.py").write_text(SCRIPT)
+    ws = tmp_path / "wd" / "foldable_mlp.nav.workspace"
+    proc = subprocess.Popen([sys.executable, "run.py", str(onnx_model("foldable_mlp")), str(tmp_path / "wd")],
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_worker(f"navigator._worker {ws}/jobs/onnx-hang", proc)
+        server = f"warm workers of run {proc.pid})"
+        assert _processes(server), "the run's workers are not forks of its server"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (_processes(f"navigator._worker {ws}") or _processes(server)):
+            time.sleep(0.1)
+        assert not _processes(f"navigator._worker {ws}"), "a worker outlived its SIGKILLed run"
+        assert not _processes(server), "the fork server outlived its SIGKILLed run"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_preload_follows_the_source(tmp_path):
+    class Config:
+        targets = None
+
+    onnx_file = tmp_path / "m.onnx"
+    onnx_file.write_bytes(b"")
+    assert "torch" not in forkserver.preload_for(str(onnx_file), Config())
+    assert "onnxruntime" in forkserver.preload_for(str(onnx_file), Config())
+    assert "torch" in forkserver.preload_for("model.py:factory", Config())
+    assert not any(n.startswith("tensorflow") for n in forkserver.preload_for("saved_model_dir", Config()))
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text("{}")
+    hf = forkserver.preload_for(str(tmp_path / "hf"), Config())
+    assert "torch" in hf and ("transformers" in hf) == (__import__("importlib").util.find_spec("transformers")
+                                                         is not None)
