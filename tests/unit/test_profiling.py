@@ -179,3 +179,13 @@ def test_screening_goes_on_while_the_windows_are_too_noisy_to_tell(clock):
     clock.calls.clear()
     settings.stop_within_spread = True
     assert [r["batch_size"] for r in sweep(infer_with(clock, cost), SAMPLE, 0, settings).results] == [1, 2, 4]
+
+
+def test_a_window_of_a_microsecond_model_ends_after_enough_inferences(clock):
+    """A 5 us inference: 1,000 of them end the window (5 ms), not the 0.1 s floor (20,000)."""
+    infer = infer_with(clock, lambda b: 5e-6)
+    lat, elapsed = profiling.window(infer, {"x": np.zeros((1, 2))}, ProfileSettings())
+    assert len(lat) == 1000 and elapsed == pytest.approx(5e-3)
+    slow = infer_with(clock, lambda b: 1e-3)   # 1 ms: the 0.1 s floor ends it first (100 inferences)
+    lat, elapsed = profiling.window(slow, {"x": np.zeros((1, 2))}, ProfileSettings())
+    assert len(lat) == 100 and elapsed == pytest.approx(0.1)
