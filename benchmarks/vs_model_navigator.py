@@ -2,6 +2,7 @@
 
     python benchmarks/vs_model_navigator.py [--models cnn,transformer,onnx] [--rounds 1]
         [--mn-venv ~/.cache/navigator-bench/mn014] [--out benchmarks/results/vs_model_navigator_cpu.md]
+        [--tools mn,nav,mn-fair,nav-seq,nav-eq] [--no-oracle]
 
 Model Navigator 0.14 (`triton-model-navigator==0.14.0`) is installed into a venv of its
 own outside the repository (reused when present): the wheel with `--no-deps`, then its
@@ -10,8 +11,9 @@ use) and taking onnxruntime for onnxruntime-gpu; torch is pinned to 2.13.0.
 
 Per model and round the tools run alternately, each in a fresh Python process:
 Model Navigator as shipped (`mn`), Navigator (`nav`), Model Navigator made comparable
-(`mn-fair`), Navigator as it was before issue #20 (`nav-seq`: `no_race=True, jobs=1`, one
-format at a time, each profiled to full depth in its own worker), Navigator again, and
+(`mn-fair`), Navigator as it was before issue #20 (`nav-seq`: `no_race=True, jobs=1,
+no_warm_workers=True`, one format at a time, each profiled to full depth in a fresh worker; its
+profiling windows are today's), Navigator again, and
 Navigator with Model Navigator's profiling window (`nav-eq`). `mn-fair` differs from `mn`
 in two switches only: `torch.cuda.synchronize` is a no-op in every process of that venv
 (the import hook module HOOKS_MODULE, imported by a .pth, acting only when
@@ -25,12 +27,20 @@ outputs (its VerifyModel reference is its TorchCPU runner with bf16 autocast on,
 off). Profiling settings are each tool's own defaults, which nearly agree: 3-10 windows
 until the last 3 agree within 10%, batch sizes doubling while throughput gains >= 5%
 (Model Navigator: windows of 25 inferences, 2 more sizes after a gain < 5%; Navigator:
-windows of >= 0.1 s and >= 10 inferences, a 20 s budget per format). `nav-eq` sets
+windows of >= 10 inferences and >= 0.1 s or 1,000 inferences, a 20 s budget per format). `nav-eq` sets
 Navigator's window to 25 inferences with no minimum duration (the same hook module, imported
 by a sitecustomize on that run's PYTHONPATH and inherited by its workers, acting when
 NAVBENCH_EQUAL_WINDOWS=1), to show the pipelines apart from the profiling effort. Each
 Navigator run prints its phase timings (prepare, convert + verify, race), which the "where
 the time goes" table shows beside the sums of the recorded step durations.
+
+Pick accuracy (``--no-oracle`` skips it): after each model's runs, one process in Navigator's
+venv loads every artifact either tool verified (each tool's own TorchScript, ExportedProgram and
+ONNX files; the source module eager and under torch.compile, shared by both) and measures them
+in ORACLE_ROUNDS interleaved rounds (one window per candidate and batch size per round, in a
+shuffled order); a run's pick is right when it is the fastest candidate within the measured
+noise (its upper quartile reaches the fastest's lower quartile), among all candidates and among
+the run's own verified ones.
 
 Process starts are counted with `strace -f --seccomp-bpf -e trace=execve`: every
 successful execve in the tool's process tree after its own start (Python interpreters
@@ -74,7 +84,7 @@ MODELS = {
 TOOLS = ("mn", "nav", "mn-fair", "nav-seq", "nav", "nav-eq")   # the order of one round
 # Navigator's options per tool: nav-seq is the pipeline before issue #20 (one format at a time, each
 # profiled to full depth in its own worker, no race)
-NAV_OPTIONS = {"nav": {}, "nav-eq": {}, "nav-seq": {"no_race": True, "jobs": 1}}
+NAV_OPTIONS = {"nav": {}, "nav-eq": {}, "nav-seq": {"no_race": True, "jobs": 1, "no_warm_workers": True}}
 ATOL, RTOL = 1e-5, 1e-4
 MAX_BATCH = 64
 
@@ -259,7 +269,8 @@ def main():
     kind, spec, model = args["kind"], args["spec"], args["model"]
     samples = make_samples(model)
     source = load_factory(args["root"], spec) if kind == "torch" else f"{args['root']}/{spec}"
-    targets = ["torchscript", "torch_export", "onnx"] if kind == "torch" else ["onnx"]
+    # Navigator's default set for a torch source (Model Navigator makes two TorchScript variants: 6 pairs each)
+    targets = ["torchscript", "torch_export", "onnx", "onnx-optimized"] if kind == "torch" else ["onnx"]
     result = navigator.convert(source, samples, targets=targets, workdir=args["workspace"], progress=False,
                                max_batch_size=args["max_batch"], atol=ATOL, rtol=RTOL, **args["options"])
     print("NAVBENCH_INNER_S", time.perf_counter() - start, "exit", result.exit_code)
@@ -272,6 +283,84 @@ ATOL, RTOL = %r, %r
 if __name__ == "__main__":
     main()
 '''
+
+
+# The pick-accuracy oracle: runs in Navigator's venv (the same torch and onnxruntime releases as Model
+# Navigator's) after both tools' runs of a model; measures every artifact either tool verified, in
+# interleaved rounds, and prints each cell's per-round throughputs.
+ORACLE_CHILD = SAMPLES_CODE + '''
+import time
+
+
+def loader(kind, path, root, spec):
+    """infer(batch dict) for one candidate, loaded as a user would load that artifact."""
+    if kind == "onnx":
+        import onnxruntime as ort
+        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        names = [i.name for i in session.get_inputs()]
+        return lambda feeds: session.run(None, dict(zip(names, feeds.values())))
+    import torch
+    if kind == "eager":
+        module = load_factory(root, spec)
+    elif kind == "compile":
+        module = torch.compile(load_factory(root, spec))
+    elif kind == "torchscript":
+        module = torch.jit.load(path).eval()
+    elif kind == "export":
+        module = torch.export.load(path).module()
+    else:
+        raise ValueError(kind)
+
+    def infer(feeds):
+        with torch.inference_mode():
+            return module(*[torch.from_numpy(v) for v in feeds.values()])
+    return infer
+
+
+def window(infer, feeds, seconds):
+    n, start = 0, time.perf_counter()
+    while n < 3 or time.perf_counter() - start < seconds:
+        infer(feeds)
+        n += 1
+    return n / (time.perf_counter() - start)
+
+
+def main():
+    import json, random, sys
+    import numpy as np
+    args = json.loads(sys.argv[1])
+    sample = make_samples(args["model"])[0]
+    feeds = {b: {k: np.ascontiguousarray(np.take(v, np.arange(b) % v.shape[0], axis=0)) for k, v in sample.items()}
+             for b in args["batches"]}
+    infers, errors = {}, {}
+    for c in args["candidates"]:
+        try:
+            infers[c["name"]] = loader(c["kind"], c.get("path"), args["root"], args["spec"])
+            for b in args["batches"]:   # warm-up: torch.compile compiles, TorchScript's JIT specialises
+                settle = time.perf_counter() + 2.0
+                for i in range(200):
+                    infers[c["name"]](feeds[b])
+                    if i >= 20 and time.perf_counter() > settle:
+                        break
+        except Exception as e:   # noqa: BLE001 - an artifact this process cannot load is reported
+            infers.pop(c["name"], None)
+            errors[c["name"]] = f"{type(e).__name__}: {e}"[:300]
+    cells = [(name, b) for name in infers for b in args["batches"]]
+    rng = random.Random(0)
+    out = {name: {str(b): [] for b in args["batches"]} for name in infers}
+    for _ in range(args["rounds"]):
+        rng.shuffle(cells)
+        for name, b in cells:
+            out[name][str(b)].append(window(infers[name], feeds[b], args["window_s"]) * b)
+    print("NAVBENCH_ORACLE", json.dumps({"throughput": out, "errors": errors}))
+
+
+if __name__ == "__main__":
+    main()
+'''
+ORACLE_BATCHES = [1, 8, 64]
+ORACLE_ROUNDS = 7
+ORACLE_WINDOW_S = 0.2
 
 
 # --------------------------------------------------------------------------- setup
@@ -439,6 +528,172 @@ def summarize_mn(workspace: Path) -> dict:
     return out
 
 
+# --------------------------------------------------------------------------- pick accuracy
+NAV_KINDS = {"torch-cpu": ("eager", None), "torch_compile-cpu": ("compile", None)}
+MN_FORMATS = {"torchscript-script": ("torchscript", "model.pt"), "torchscript-trace": ("torchscript", "model.pt"),
+              "torch-exportedprogram": ("export", "model.pt2"), "onnx": ("onnx", "model.onnx")}
+
+
+def candidates_of(row: dict) -> dict:
+    """{candidate name: (kind, artifact path or None)} of the pairs a run verified. The source's own
+    runners (eager, torch.compile) are one candidate for both tools; each tool's exported artifacts are
+    candidates of their own (a slower export of the same format is what its user gets)."""
+    import yaml
+
+    ws = Path(row["log"]).parent / "workspace"
+    out = {}
+    if row["tool"].startswith("nav"):
+        files = list(ws.glob("*.nav.workspace/status.yaml"))
+        if not files:
+            return out
+        st = yaml.safe_load(files[0].read_text())
+        for key, fs in (st.get("formats") or {}).items():
+            for rkey, rs in (fs.get("runners") or {}).items():
+                if (rs.get("verify") or {}).get("status") != "ok":
+                    continue
+                if key == "torch":
+                    kind, path = NAV_KINDS.get(rkey, (None, None))
+                    if kind:
+                        out[kind] = (kind, None)
+                    continue
+                art = fs.get("path")
+                path = files[0].parent / art if art else None
+                kind = {"torchscript": "torchscript", "torch_export": "export"}.get(fs.get("format"), "onnx")
+                if fs.get("format") in ("torchscript", "torch_export", "onnx") and path is not None:
+                    out[f"nav:{key}" if row["model"] != "onnx" else "onnx"] = (kind, str(path))
+        return out
+    path = ws / "status.yaml"
+    if not path.exists():
+        return out
+    st = yaml.safe_load(path.read_text())
+    for key, ms in (st.get("models_status") or {}).items():
+        for rname, rs in (ms.get("runners_status") or {}).items():
+            status = rs.get("status") or {}
+            if not (status.get("Correctness") == "OK" and status.get("VerifyModel") == "OK"):
+                continue
+            if key == "torch":
+                kind = {"TorchCPU": "eager", "TorchCompileCPU": "compile"}.get(rname)
+                if kind:
+                    out[kind] = (kind, None)
+            elif key in MN_FORMATS:
+                kind, file = MN_FORMATS[key]
+                out[f"mn:{key}" if row["model"] != "onnx" else "onnx"] = (kind, str(ws / key / file))
+    return out
+
+
+def pick_of(row: dict) -> str | None:
+    """The candidate name of a run's best."""
+    best = row.get("best")
+    if not best:
+        return None
+    key, runner = best[0].split("/", 1)
+    if row["model"] == "onnx":
+        return "onnx"
+    if row["tool"].startswith("nav"):
+        return NAV_KINDS.get(runner, (None,))[0] if key == "torch" else f"nav:{key}"
+    if key == "torch":
+        return {"TorchCPU": "eager", "TorchCompileCPU": "compile"}.get(runner)
+    return f"mn:{key}"
+
+
+def run_oracle(model: str, rows: list[dict], python: Path, script: Path) -> dict:
+    """Every candidate the runs of ``model`` verified, measured in interleaved rounds (see ORACLE_CHILD)."""
+    kind, spec, _ = MODELS[model]
+    candidates: dict = {}
+    for r in rows:
+        r["candidates"] = candidates_of(r)
+        r["pick"] = pick_of(r)
+        for name, (k, path) in r["candidates"].items():
+            candidates.setdefault(name, {"name": name, "kind": k, "path": path})
+    if kind == "onnx":
+        candidates = {"onnx": {"name": "onnx", "kind": "onnx", "path": str(ROOT / spec)}}
+    args = {"model": model, "root": str(ROOT), "spec": spec, "candidates": list(candidates.values()),
+            "batches": ORACLE_BATCHES, "rounds": ORACLE_ROUNDS, "window_s": ORACLE_WINDOW_S}
+    start = time.perf_counter()
+    proc = subprocess.run([str(python), str(script), json.dumps(args)], capture_output=True, text=True, cwd=ROOT)
+    found = re.search(r"^NAVBENCH_ORACLE (.*)$", proc.stdout, flags=re.M)
+    if not found:
+        return {"error": (proc.stderr or proc.stdout)[-800:], "wall_s": time.perf_counter() - start}
+    data = json.loads(found.group(1))
+    data["wall_s"] = time.perf_counter() - start
+    data["load"] = loadavg()
+    return data
+
+
+def oracle_figures(data: dict) -> dict:
+    """{candidate: (peak median throughput, its batch, q1, q3)} from the per-round windows."""
+    out = {}
+    for name, by_batch in (data.get("throughput") or {}).items():
+        best = None
+        for b, values in by_batch.items():
+            if not values:
+                continue
+            q = statistics.quantiles(values, n=4) if len(values) >= 2 else [values[0]] * 3
+            med = statistics.median(values)
+            if best is None or med > best[0]:
+                best = (med, int(b), q[0], q[2])
+        if best:
+            out[name] = best
+    return out
+
+
+def judge(row: dict, figures: dict) -> dict:
+    """Was the run's pick the fastest candidate within the oracle's noise (the pick's upper quartile
+    reaches the fastest's lower quartile), among all candidates and among the run's own verified ones?"""
+    pick = row.get("pick")
+    if not figures:
+        return {}
+    fastest = max(figures, key=lambda n: figures[n][0])
+    own = [n for n in row.get("candidates", {}) if n in figures]
+    own_fastest = max(own, key=lambda n: figures[n][0]) if own else None
+    if pick not in figures:
+        return {"fastest": fastest, "own_fastest": own_fastest, "right_all": False, "right_own": False, "ratio": None}
+    p = figures[pick]
+    return {"fastest": fastest, "own_fastest": own_fastest, "ratio": p[0] / figures[fastest][0],
+            "right_all": p[3] >= figures[fastest][2],
+            "right_own": own_fastest is not None and p[3] >= figures[own_fastest][2]}
+
+
+def pick_lines(oracles: dict, rows: list[dict]) -> list[str]:
+    lines = []
+    for model, data in oracles.items():
+        if data.get("error"):
+            lines += [f"- {model}: the oracle failed: `{data['error'][-300:]}`", ""]
+            continue
+        figures = oracle_figures(data)
+        lines += [f"**{model}** (oracle {data['wall_s']:.0f} s, load {data.get('load')}; "
+                  f"{ORACLE_ROUNDS} interleaved rounds of {ORACLE_WINDOW_S:g} s windows at batch sizes "
+                  f"{', '.join(map(str, ORACLE_BATCHES))}):", "",
+                  "| candidate | peak throughput /s (median of rounds) | at batch | IQR / median |", "|---|---|---|---|"]
+        for name, (med, b, q1, q3) in sorted(figures.items(), key=lambda kv: -kv[1][0]):
+            lines.append(f"| {name} | {med:,.0f} | {b} | {(q3 - q1) / med:.2f} |")
+        for name, err in (data.get("errors") or {}).items():
+            lines.append(f"| {name} | not loadable here: {err[:120]} | | |")
+        lines += ["", "| tool | run's pick | oracle: pick / fastest | right among all | right among its own verified |",
+                  "|---|---|---|---|---|"]
+        for r in rows:
+            if r["model"] != model:
+                continue
+            j = judge(r, figures)
+            r["judged"] = j
+            ratio = f"{j['ratio']:.2f}" if j.get("ratio") is not None else "n/a"
+            lines.append(f"| {r['tool']} | {r.get('pick') or '-'} | {ratio} | {'yes' if j.get('right_all') else 'no'} | "
+                         f"{'yes' if j.get('right_own') else 'no'} (fastest: {j.get('own_fastest')}) |")
+        lines.append("")
+    tally = {}
+    for r in rows:
+        j = r.get("judged")
+        if j is None:
+            continue
+        t = tally.setdefault(r["tool"], [0, 0, 0])
+        t[0] += 1
+        t[1] += bool(j.get("right_all"))
+        t[2] += bool(j.get("right_own"))
+    for tool, (n, right_all, right_own) in tally.items():
+        lines.append(f"- `{tool}`: right among all candidates {right_all}/{n}, among its own verified {right_own}/{n}.")
+    return lines
+
+
 # --------------------------------------------------------------------------- report
 def table(rows: list[dict]) -> list[str]:
     header = "| model | tool | wall s | CPU s | verified | profiled | best (format/runner) | throughput /s @ batch | " \
@@ -526,6 +781,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "vs_model_navigator_cpu.md")
     parser.add_argument("--no-write", action="store_true", help="print the table only")
     parser.add_argument("--keep", action="store_true", help="keep the workspaces (their folder is printed)")
+    parser.add_argument("--no-oracle", action="store_true", help="skip the pick-accuracy measurement")
     args = parser.parse_args()
 
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -541,7 +797,10 @@ def main() -> None:
     scripts["eq"] = tmp / "equal_windows"
     install_hooks(scripts["eq"], pth=False)
     pythons = {"mn": mn_python, "nav": Path(sys.executable)}
+    scripts["oracle"] = tmp / "oracle_child.py"
+    scripts["oracle"].write_text(ORACLE_CHILD)
     rows: list[dict] = []
+    oracles: dict = {}
     try:
         for model in models:
             for _ in range(args.rounds):
@@ -556,6 +815,10 @@ def main() -> None:
                           f"{r['execs']['total']}  best {best[0] if best else '-'}", flush=True)
                     if r["returncode"] != 0:
                         print(f"    (see {r['log']})", flush=True)
+            if not args.no_oracle:   # while the runs' workspaces are there
+                oracles[model] = run_oracle(model, [r for r in rows if r["model"] == model], pythons["nav"],
+                                            scripts["oracle"])
+                print(f"{model:<12} oracle   {oracles[model]['wall_s']:7.1f} s", flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -567,6 +830,8 @@ def main() -> None:
     print("\n" + "\n".join(parts))
     summary = summary_lines(rows)
     print("\n".join(summary))
+    picks = pick_lines(oracles, rows)
+    print("\n".join(picks))
     if args.no_write:
         return
     mach = machine()
@@ -582,15 +847,16 @@ def main() -> None:
             "Models and samples (the same two batches for both tools): "
             + "; ".join(f"`{m}` = {MODELS[m][1]} ({MODELS[m][2]})" for m in models) + ".", "",
             "Targets: torch sources -> torchscript, torch.export (ExportedProgram), onnx, besides the source's own "
-            "eager and torch.compile runners; the ONNX file -> its onnx runner. Model Navigator's TorchScript target "
-            "makes two variants by default (script and trace); Navigator traces.", "",
+            "eager and torch.compile runners; Model Navigator's TorchScript target makes two variants by default "
+            "(script and trace), Navigator traces and adds onnx-optimized (its default set for a torch source): six "
+            "(format, runner) pairs each. The ONNX file -> its onnx runner (one pair each).", "",
             "Tools: `mn` = Model Navigator as shipped (target_device CPU); `mn-fair` = the same with "
             "`torch.cuda.synchronize` a no-op (a .pth hook in the benchmark's own venv) and `autocast=False` in "
             "TorchConfig, TorchScriptConfig and TorchExportConfig; `nav` = Navigator (`navigator.convert` on the live "
             "module or the file); `nav-eq` = Navigator with Model Navigator's profiling window (25 inferences, no "
             "minimum duration, set through a sitecustomize on that run's PYTHONPATH; Navigator's own window is "
-            ">= 0.1 s and >= 10 inferences); `nav-seq` = Navigator as before issue #20 (`no_race=True, jobs=1`: one "
-            "format at a time, each profiled to full depth in its own worker). Verified = (format, runner) pairs whose outputs pass atol 1e-5 / "
+            ">= 10 inferences and >= 0.1 s or 1,000 inferences); `nav-seq` = Navigator as before issue #20 (`no_race=True, jobs=1`: one "
+            "format at a time, each profiled to full depth in a fresh worker; its profiling windows are today's). Verified = (format, runner) pairs whose outputs pass atol 1e-5 / "
             "rtol 1e-4 "
             "(Navigator's own check; Model Navigator's Correctness + VerifyModel with that verify_func); profiled = "
             "pairs with a throughput result. Profiling: each tool's defaults with max batch size 64 "
@@ -606,7 +872,16 @@ def main() -> None:
             "happens in this phase), the race (the profiling worker), rest = wall - the phases (interpreter start, "
             "imports, best, record). Then the sums of the step durations in status.yaml (verify includes loading "
             "the runner, e.g. the torch.compile compile; parallel steps' sums can exceed their phase).", "",
-            *parts, ""]
+            *parts, "", "## Pick accuracy", "",
+            "After each model's runs, an oracle (one process in Navigator's venv; torch and onnxruntime are the same "
+            "releases in both venvs) loads every artifact either tool verified (each tool's own TorchScript, "
+            "ExportedProgram and ONNX files; the source module eager and under torch.compile, shared) and measures "
+            f"them in {ORACLE_ROUNDS} rounds, each round one {ORACLE_WINDOW_S:g} s window per (candidate, batch size) "
+            "in a shuffled order, so machine drift hits all alike. A candidate's figure is the median over rounds at "
+            "its best batch size; a run's pick is right when the pick's upper quartile reaches the fastest "
+            "candidate's lower quartile (within the measured noise), judged among all candidates and among the "
+            "run's own verified ones (a tool cannot pick what it did not verify).", "",
+            *picks, ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(text))
     print(f"\nwritten: {args.out}")

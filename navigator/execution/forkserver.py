@@ -2,8 +2,9 @@
 
 A fresh worker is a new interpreter that imports what its job needs: ``import torch`` alone is
 ~1.3 s on a 2-core machine, torch's compiler ~2.8 s, and a torch run starts a worker per format
-plus the race worker. So a run starts one server (``python -P -m navigator._forkserver``) as it
-begins; while the run prepares its source, the server imports what the run's workers will need
+plus the race worker. So a run starts one server (``python -P -m navigator._forkserver``) once
+its source is prepared; while the run plans and writes its workspace and the first jobs run,
+the server imports what the run's workers will need
 (:func:`preload_for`), one module at a time, and forks one child per job as the jobs come (a
 job that comes before the imports are done imports the rest itself). The child is the worker: it runs the job as
 ``python -m navigator._worker JOB.json`` would (:func:`navigator.execution.worker.main`).
@@ -22,9 +23,11 @@ What stays exactly as with a fresh worker:
   working directory, stdin from /dev/null, stdout and stderr into the job's log. Thread counts
   that a library reads at import (``OMP_NUM_THREADS`` for torch) are those of the server's start;
   when the job's value differs, the child sets torch's thread count to it.
-* **Lifetime.** The server leaves with the run: when the run's end of the control socket closes
-  (the run ended, or died even by SIGKILL) the server kills every child's process group and
-  exits; each child gets SIGKILL when the server dies (``PR_SET_PDEATHSIG``).
+* **Lifetime.** The server starts once the source is prepared (or with the first worker the
+  preparation needs: a run refused for bad input starts none) and leaves with the run: when the
+  run's end of the control socket closes (the run ended, or died even by SIGKILL) the server
+  kills every child's process group and exits; each child gets SIGKILL when the server dies
+  (``PR_SET_PDEATHSIG``).
 
 Fork safety: the server only imports. It never runs a kernel, opens an inference session,
 initialises CUDA or starts a thread of its own, so its children inherit no thread pool, lock or
@@ -58,8 +61,13 @@ log = logging.getLogger(__name__)
 
 MAX_MESSAGE = 1 << 20
 TITLE_ROOM = 4600   # spare command-line bytes the server starts with: each child's title is written there
-BASE_PRELOAD = ("numpy", "onnx", "onnxruntime", "polygraphy.backend.onnxrt", "navigator.execution.worker",
-                "navigator.execution.stages", "navigator.execution.profiling", "navigator.runners.onnxruntime")
+# Modules that start no thread at import (measured: onnxruntime and openvino each start one, so
+# they are imported by the jobs after the fork; NumPy's OpenBLAS pool is fork-safe, its pthread_atfork
+# handlers stop and restart it, and it is the server's baseline).
+BASE_PRELOAD = ("numpy", "onnx", "polygraphy.backend.onnxrt", "navigator.execution.worker",
+                "navigator.execution.stages", "navigator.execution.profiling")
+ZOMBIE_WAIT_S = 1.0    # how long an ended worker's exit waits for the server's word before /proc's
+SPAWN_WAIT_S = 120.0   # the longest a job waits for the server to fork it (it forks between two imports)
 TORCH_PRELOAD = ("torch", "torch.export", "torch._dynamo", "torch._inductor.compile_fx", "torch.onnx",
                  "navigator.runners.torch")
 TORCH_SUFFIXES = (".py", ".pt", ".pt2", ".pth", ".ts", ".bin", ".safetensors")
@@ -75,9 +83,11 @@ def available() -> bool:
 
 def preload_for(model, config) -> list[str]:
     """The modules a run's workers will import, as far as the model tells before it is opened:
-    always NumPy, ONNX, onnxruntime, Polygraphy and Navigator's stages; torch and its compiler for a
-    torch source (a live module, a ``file.py:factory``, a checkpoint, a Hugging Face folder) or a torch
-    target; transformers for a Hugging Face folder; OpenVINO when asked for. Never TensorFlow."""
+    always NumPy, ONNX, Polygraphy and Navigator's stages; torch and its compiler for a torch source
+    (a live module, a ``file.py:factory``, a checkpoint, a Hugging Face folder) or a torch target;
+    transformers for a Hugging Face folder. Never a module that starts a thread at import
+    (onnxruntime, OpenVINO, TensorFlow): a fork copies only the forking thread, and a lock another
+    thread held at that moment would stay locked in the child."""
     import importlib.util
 
     names = list(BASE_PRELOAD)
@@ -92,8 +102,6 @@ def preload_for(model, config) -> list[str]:
         names += TORCH_PRELOAD
     if hf_folder or (not text and type(model).__module__.startswith("transformers")):
         names.append("transformers")
-    if "openvino" in targets:
-        names.append("openvino")
     return [n for n in names if importlib.util.find_spec(n.split(".")[0]) is not None]
 
 
@@ -115,11 +123,27 @@ class ForkedWorker:
         try:
             data = self._sock.recv(4096)
         except (BlockingIOError, InterruptedError):
-            return None, None
+            # Not said yet. A child that ended is a zombie until the server reaps it, which it does
+            # within 20 ms when idle but only between two imports when not: its exit status is read
+            # from /proc after a short wait for the server's word (which has the peak RSS too).
+            code = _zombie_exit(self.pid)
+            if code is None:
+                return None, None
+            self._sock.settimeout(ZOMBIE_WAIT_S)
+            try:
+                data = self._sock.recv(4096)
+            except OSError:
+                data = None
+            if not data:
+                self.returncode = code
+                self._sock.close()
+                return code, None
         except OSError:
             data = b""
         if not data:   # the server died before it could say: the child died with it (PR_SET_PDEATHSIG)
-            self.returncode = -signal.SIGKILL
+            self.returncode = _zombie_exit(self.pid)
+            if self.returncode is None:
+                self.returncode = -signal.SIGKILL
         else:
             message = json.loads(data)
             self.returncode = int(message["exit"])
@@ -128,21 +152,48 @@ class ForkedWorker:
         return self.returncode, self._peak_mb
 
 
+def _zombie_exit(pid: int) -> int | None:
+    """The exit code (as Popen gives it) of ``pid`` when it is a zombie, from field 52 of
+    /proc/PID/stat (its wait status, Linux 3.5+); None while it runs or once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        if fields[0] != b"Z":
+            return None
+        return os.waitstatus_to_exitcode(int(fields[49]))
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 class ForkServer:
-    """The run's side of a fork server: :meth:`start`, :meth:`spawn` per job (any thread), :meth:`close`."""
+    """The run's side of a fork server: :meth:`start` (or the first :meth:`spawn`), :meth:`spawn` per
+    job (any thread), :meth:`close`. Nothing starts before either: a run that ends before its first
+    worker (bad input) never starts one."""
 
     def __init__(self, preload: list[str]):
         self.preload = list(preload)
         self._proc: subprocess.Popen | None = None
         self._ctl: socket.socket | None = None
         self._lock = threading.Lock()
+        self._closed = False
         self.started = 0.0
 
-    def start(self, env: dict | None = None) -> "ForkServer":
+    def start(self) -> "ForkServer":
+        """Start the server now (idempotent), so that it imports while the run does other work."""
+        with self._lock:
+            if self._proc is None and not self._closed:
+                try:
+                    self._start()
+                except OSError as e:
+                    self._closed = True
+                    log.warning("fork server not started (%s): fresh workers instead", e)
+        return self
+
+    def _start(self) -> None:
         from navigator.execution.isolation import python_command
 
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        child_env = dict(os.environ if env is None else env)
+        child_env = dict(os.environ)
         child_env.setdefault("PYTHONUNBUFFERED", "1")
         child_env["NAVIGATOR_WORKER"] = "1"
         try:
@@ -156,7 +207,6 @@ class ForkServer:
         self._ctl = parent
         self.started = time.monotonic()
         log.info("fork server %d started, preloading %s", self._proc.pid, ", ".join(self.preload))
-        return self
 
     @property
     def pid(self) -> int | None:
@@ -170,6 +220,7 @@ class ForkServer:
         """Fork a worker for ``job_path`` writing into the open ``log_file``; ServerGone when the
         server cannot (the caller starts a fresh worker instead). Waits for the server to finish
         its imports (the job would import them itself otherwise)."""
+        self.start()
         if not self.alive:
             raise ServerGone("the fork server is not running")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -183,12 +234,13 @@ class ForkServer:
         finally:
             theirs.close()
         ours.settimeout(0.2)
+        deadline = time.monotonic() + SPAWN_WAIT_S
         while True:
             try:
                 data = ours.recv(4096)
                 break
             except TimeoutError:
-                if not self.alive:
+                if not self.alive or time.monotonic() > deadline:   # the server kills a child nobody waits for
                     data = b""
                     break
                 if cancel is not None and cancel.is_set():
@@ -199,21 +251,28 @@ class ForkServer:
                 raise
         if not data:
             ours.close()
-            raise ServerGone("the fork server ended before it forked the job")
-        return ForkedWorker(int(json.loads(data)["pid"]), ours)
+            raise ServerGone("the fork server did not fork the job (it ended, or took more than "
+                             f"{SPAWN_WAIT_S:g} s)")
+        message = json.loads(data)
+        if "pid" not in message:
+            ours.close()
+            raise ServerGone(f"the fork server did not fork the job: {message.get('refused')}")
+        return ForkedWorker(int(message["pid"]), ours)
 
     def close(self) -> None:
         """End the server and reap it. Closing the control socket makes it kill any child still
         running and exit; one still importing a module is stopped (its children die with it)."""
-        if self._ctl is not None:
-            self._ctl.close()
-            self._ctl = None
+        with self._lock:
+            self._closed = True
+            if self._ctl is not None:
+                self._ctl.close()
+                self._ctl = None
         if self._proc is not None:
             from navigator.execution.processes import stop_group
 
             try:
-                self._proc.wait(timeout=0.5)
-            except subprocess.TimeoutExpired:
+                self._proc.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:   # in an import: SIGTERM ends it there
                 stop_group(self._proc, grace_s=1.0)
             self._proc = None
 
@@ -224,17 +283,13 @@ class ForkServer:
         self.close()
 
 
-def start_for(model, config) -> ForkServer | None:
-    """A started server for a run of ``model`` with ``config``, or None (``no_warm_workers``, not
-    Linux, or it could not start: the run uses fresh workers)."""
+def for_run(model, config) -> ForkServer | None:
+    """The (not yet started) server of a run of ``model`` with ``config``, or None
+    (``no_warm_workers``, ``NAVIGATOR_WARM_WORKERS=0``, or not Linux: the run uses fresh workers)."""
     if getattr(config, "no_warm_workers", False) or os.environ.get("NAVIGATOR_WARM_WORKERS") == "0" \
             or not available():
         return None
-    try:
-        return ForkServer(preload_for(model, config)).start()
-    except OSError as e:
-        log.warning("fork server not started (%s): fresh workers instead", e)
-        return None
+    return ForkServer(preload_for(model, config))
 
 
 # --------------------------------------------------------------------------- the server process
@@ -244,15 +299,15 @@ def serve(ctl_fd: int, preload: list[str]) -> int:
     import importlib
     import warnings
 
-    from navigator.execution.processes import parent_death_signal
-
-    parent_death_signal(signal.SIGKILL)   # the run's thread that started us; the socket covers the rest
+    # No PR_SET_PDEATHSIG here: it fires when the *thread* that started the server ends, and a
+    # worker thread of a parallel run may be that thread. The control socket's end is the signal.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     set_title(f"{sys.executable} -m navigator._forkserver (the warm workers of run {os.getppid()})")
     ctl = socket.socket(fileno=ctl_fd)
     warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)   # 3.12: threads at fork
     children: dict[int, socket.socket] = {}
     pending = list(preload)
+    baseline = _threads()
     import select
 
     while True:
@@ -268,6 +323,8 @@ def serve(ctl_fd: int, preload: list[str]) -> int:
                     importlib.import_module(name)
                 except Exception as e:   # noqa: BLE001 - a job that needs it reports the error itself
                     print(f"navigator fork server: preloading {name} failed: {e}", file=sys.stderr)
+                if name == "numpy":
+                    baseline = _threads()   # OpenBLAS's pool: fork-safe (pthread_atfork)
             continue
         try:
             data, fds, _, _ = socket.recv_fds(ctl, MAX_MESSAGE, 2)
@@ -281,6 +338,16 @@ def serve(ctl_fd: int, preload: list[str]) -> int:
             continue
         job_sock, log_fd = socket.socket(fileno=fds[0]), fds[1]
         request = json.loads(data)
+        extra = _threads() - baseline
+        if extra:   # never fork beside a thread that may hold a lock: the run starts a fresh worker
+            os.close(log_fd)
+            try:
+                job_sock.send(json.dumps({"refused": f"{len(extra)} thread(s) started by an import run in the "
+                                                    "fork server, which never forks beside them"}).encode())
+            except OSError:
+                pass
+            job_sock.close()
+            continue
         pid = os.fork()
         if pid == 0:
             _child(request, ctl, job_sock, log_fd, children)   # never returns
@@ -291,8 +358,12 @@ def serve(ctl_fd: int, preload: list[str]) -> int:
             pass
         try:
             job_sock.send(json.dumps({"pid": pid}).encode())
-        except OSError:
-            pass
+        except OSError:   # nobody waits for it any more (the run gave up on us): it must not run
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
         children[pid] = job_sock
     for pid in children:   # the run is gone: so are its jobs
         for kill in (os.killpg, os.kill):
@@ -305,6 +376,14 @@ def serve(ctl_fd: int, preload: list[str]) -> int:
         _reap_children(children)
         time.sleep(0.01)
     return 0
+
+
+def _threads() -> set[int]:
+    """This process's threads other than the calling one."""
+    try:
+        return {int(t) for t in os.listdir("/proc/self/task")} - {threading.get_native_id()}
+    except OSError:
+        return set()
 
 
 def _reap_children(children: dict) -> None:

@@ -126,11 +126,11 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
     profiles that cannot be reused from the last run are not measured but left ``skipped``
     (:data:`~navigator.pipeline.execute.DEFERRED`) for a later run to measure, unlike
     ``--no-profile``, which drops them (convert-many's build phase). The run's workers are forks
-    of one server that imports the frameworks while the source is prepared
-    (:mod:`navigator.execution.forkserver`), unless ``no_warm_workers``."""
+    of one server that imports the frameworks once (:mod:`navigator.execution.forkserver`), unless
+    ``no_warm_workers``."""
     from navigator.execution import forkserver
 
-    server = forkserver.start_for(model, config)
+    server = forkserver.for_run(model, config)
     try:
         return _run(model, samples, config, reporter, verify_func=verify_func, defer_profiles=defer_profiles,
                     server=server)
@@ -146,6 +146,8 @@ def _run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_
     config = config.resolved()
     device, runner_devices = resolve_device(config.device)
     prep = prepare(model, samples, config, reporter, forkserver=server)
+    if server is not None:   # importing while the run plans, writes the workspace and runs the reference
+        server.start()
     ws, source = prep.ws, prep.source
     targets, dropped = requested_targets(config, source, device)
     planned, unsupported = plan_formats(config, source, targets)

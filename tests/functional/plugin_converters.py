@@ -196,6 +196,30 @@ if raise_on_import:
     raise ImportError("planted plugin import error")
 
 
+HANG_MODULE = """
+import time
+from navigator.converters.base import Converter
+from navigator.converters.registry import register
+
+@register
+class Hang(Converter):
+    name = "{name}"
+    source = "onnx"
+    target = "onnx-hang"
+    requires = ("onnx",)
+
+    def convert(self, ctx):
+        while True:
+            time.sleep(0.05)
+"""
+
+
+def write_hang_module(path, name: str) -> None:
+    """A module registering a converter to ``onnx-hang`` that never ends, for a run a test interrupts
+    or kills: imported by the run's script (a module, not ``__main__``, so it runs in a worker)."""
+    path.write_text(HANG_MODULE.format(name=name))
+
+
 @contextlib.contextmanager
 def registered(*classes):
     """These converters in the registry for the block's duration (a test's fixture)."""

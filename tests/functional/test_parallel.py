@@ -43,23 +43,6 @@ def test_a_crash_in_one_parallel_worker_leaves_the_others_sound(crashing, tmp_pa
     schema.validate(yaml.safe_load((Path(result.workspace) / "status.yaml").read_text()))
 
 
-HANG = """
-import time
-from navigator.converters.base import Converter
-from navigator.converters.registry import register
-
-@register
-class Hang(Converter):
-    name = "test_hang_parallel"
-    source = "onnx"
-    target = "onnx-hang"
-    requires = ("onnx",)
-
-    def convert(self, ctx):
-        while True:
-            time.sleep(0.05)
-"""
-
 SCRIPT = """
 import sys
 import navigator
@@ -72,7 +55,7 @@ navigator.convert(sys.argv[1], workdir=sys.argv[2], targets=["onnx", "onnx-hang"
 
 def test_ctrl_c_stops_every_parallel_worker(tmp_path, onnx_model):
     model = onnx_model("foldable_mlp")
-    (tmp_path / "hang_plugin.py").write_text(HANG)
+    plugins.write_hang_module(tmp_path / "hang_plugin.py", "test_hang_parallel")
     (tmp_path / "run.py").write_text(SCRIPT)
     ws = tmp_path / "wd" / "foldable_mlp.nav.workspace"
     proc = subprocess.Popen([sys.executable, "run.py", str(model), str(tmp_path / "wd")], cwd=tmp_path,

@@ -84,22 +84,6 @@ def test_a_dead_server_leaves_the_run_on_fresh_workers(tmp_path, onnx_model):
     assert "a fresh worker instead" in (Path(result.workspace) / "navigator.log").read_text()
 
 
-HANG = """
-import time
-from navigator.converters.base import Converter
-from navigator.converters.registry import register
-
-@register
-class Hang(Converter):
-    name = "test_hang_warm"
-    source = "onnx"
-    target = "onnx-hang"
-    requires = ("onnx",)
-
-    def convert(self, ctx):
-        while True:
-            time.sleep(0.05)
-"""
 SCRIPT = """
 import sys
 import navigator
@@ -117,7 +101,7 @@ def _processes(needle: str) -> str:
 def test_a_killed_run_leaves_no_server_and_no_worker(tmp_path, onnx_model):
     """SIGKILL gives the run no chance to clean up: its server sees the control socket close and
     kills its children, and each child dies with its server (PR_SET_PDEATHSIG)."""
-    (tmp_path / "hang_warm.py").write_text(HANG)
+    plugins.write_hang_module(tmp_path / "hang_warm.py", "test_hang_warm")
     (tmp_path / "run.py").write_text(SCRIPT)
     ws = tmp_path / "wd" / "foldable_mlp.nav.workspace"
     proc = subprocess.Popen([sys.executable, "run.py", str(onnx_model("foldable_mlp")), str(tmp_path / "wd")],
@@ -145,7 +129,8 @@ def test_preload_follows_the_source(tmp_path):
     onnx_file = tmp_path / "m.onnx"
     onnx_file.write_bytes(b"")
     assert "torch" not in forkserver.preload_for(str(onnx_file), Config())
-    assert "onnxruntime" in forkserver.preload_for(str(onnx_file), Config())
+    assert "onnx" in forkserver.preload_for(str(onnx_file), Config())
+    assert "onnxruntime" not in forkserver.preload_for(str(onnx_file), Config())   # it starts a thread at import
     assert "torch" in forkserver.preload_for("model.py:factory", Config())
     assert not any(n.startswith("tensorflow") for n in forkserver.preload_for("saved_model_dir", Config()))
     (tmp_path / "hf").mkdir()
@@ -153,3 +138,33 @@ def test_preload_follows_the_source(tmp_path):
     hf = forkserver.preload_for(str(tmp_path / "hf"), Config())
     assert "torch" in hf and ("transformers" in hf) == (__import__("importlib").util.find_spec("transformers")
                                                          is not None)
+
+
+def test_the_server_never_forks_beside_a_thread(tmp_path, monkeypatch):
+    """A module that starts a thread at import, preloaded anyway: the server refuses to fork (a lock
+    that thread held would stay locked in the child) and says why; the run would start a fresh worker."""
+    (tmp_path / "navtest_starts_a_thread.py").write_text(
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    server = forkserver.ForkServer(["numpy", "navtest_starts_a_thread"]).start()
+    try:
+        time.sleep(0.5)   # both imports done (a request before then would be forked: nothing to refuse yet)
+        with open(tmp_path / "job.log", "ab") as log:
+            with pytest.raises(forkserver.ServerGone, match="thread"):
+                server.spawn(tmp_path / "job.json", log, dict(os.environ))
+    finally:
+        server.close()
+
+
+def test_a_zombies_exit_status_is_read_without_its_server():
+    pid = os.fork()
+    if pid == 0:
+        os._exit(3)
+    try:
+        deadline = time.monotonic() + 10
+        while forkserver._zombie_exit(pid) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert forkserver._zombie_exit(pid) == 3
+    finally:
+        os.waitpid(pid, 0)
+    assert forkserver._zombie_exit(pid) is None   # reaped: gone
