@@ -22,7 +22,11 @@ What stays exactly as with a fresh worker:
 * **Environment.** The child takes the environment of the run at the time of the job, its
   working directory, stdin from /dev/null, stdout and stderr into the job's log. Thread counts
   that a library reads at import (``OMP_NUM_THREADS`` for torch) are those of the server's start;
-  when the job's value differs, the child sets torch's thread count to it.
+  when the job's value differs, the child sets torch's thread count to it. Other settings a
+  library reads at import (``MKL_NUM_THREADS``, ``TORCHINDUCTOR_*``) and the process's umask,
+  rlimits, CPU affinity and nice value are also those of the run when the server started
+  (after the source was prepared): a run that changes them later gets them in fresh workers
+  only (``--no-warm-workers``).
 * **Lifetime.** The server starts once the source is prepared (or with the first worker the
   preparation needs: a run refused for bad input starts none) and leaves with the run: when the
   run's end of the control socket closes (the run ended, or died even by SIGKILL) the server
@@ -119,7 +123,13 @@ class ForkedWorker:
         """(exit code, peak RSS MiB) once the server has reaped the child, (None, None) while it runs."""
         if self.returncode is not None:
             return self.returncode, self._peak_mb
-        self._sock.setblocking(block)
+        if block:   # never wait on the server alone: it answers only between two imports
+            while True:
+                code, peak = self.reap(block=False)
+                if code is not None:
+                    return code, peak
+                time.sleep(0.02)
+        self._sock.setblocking(False)
         try:
             data = self._sock.recv(4096)
         except (BlockingIOError, InterruptedError):
@@ -150,6 +160,29 @@ class ForkedWorker:
             self._peak_mb = round(message["maxrss_kb"] / 1024, 1)
         self._sock.close()
         return self.returncode, self._peak_mb
+
+
+def _abandon(sock: socket.socket) -> None:
+    """Give up on a job the server may fork yet: no more reading (the server's later word then fails,
+    and it kills the child nobody waits for), and a child it already forked is killed here."""
+    try:
+        sock.shutdown(socket.SHUT_RD)
+        sock.setblocking(False)
+        while True:
+            data = sock.recv(4096)
+            if not data:
+                break
+            pid = json.loads(data).get("pid")
+            if pid:
+                for kill in (os.killpg, os.kill):
+                    try:
+                        kill(int(pid), signal.SIGKILL)
+                    except OSError:
+                        pass
+    except (OSError, ValueError):
+        pass
+    finally:
+        sock.close()
 
 
 def _zombie_exit(pid: int) -> int | None:
@@ -196,6 +229,7 @@ class ForkServer:
         child_env = dict(os.environ)
         child_env.setdefault("PYTHONUNBUFFERED", "1")
         child_env["NAVIGATOR_WORKER"] = "1"
+        child_env["TORCH_WARM_POOL"] = "0"   # torch 2.2-2.5 with triton start inductor's pool at import
         try:
             self._proc = subprocess.Popen(
                 python_command("-m", "navigator._forkserver", str(child.fileno()), json.dumps(self.preload),
@@ -235,28 +269,25 @@ class ForkServer:
             theirs.close()
         ours.settimeout(0.2)
         deadline = time.monotonic() + SPAWN_WAIT_S
-        while True:
-            try:
-                data = ours.recv(4096)
-                break
-            except TimeoutError:
-                if not self.alive or time.monotonic() > deadline:   # the server kills a child nobody waits for
-                    data = b""
+        try:
+            while True:
+                try:
+                    data = ours.recv(4096)
                     break
-                if cancel is not None and cancel.is_set():
-                    ours.close()
-                    raise KeyboardInterrupt from None
-            except BaseException:
-                ours.close()
-                raise
-        if not data:
-            ours.close()
-            raise ServerGone("the fork server did not fork the job (it ended, or took more than "
-                             f"{SPAWN_WAIT_S:g} s)")
-        message = json.loads(data)
+                except TimeoutError:
+                    if not self.alive or time.monotonic() > deadline:
+                        data = b""
+                        break
+                    if cancel is not None and cancel.is_set():
+                        raise KeyboardInterrupt from None
+            message = json.loads(data) if data else {}
+        except BaseException:
+            _abandon(ours)
+            raise
         if "pid" not in message:
-            ours.close()
-            raise ServerGone(f"the fork server did not fork the job: {message.get('refused')}")
+            _abandon(ours)
+            why = message.get("refused") or f"it ended, or took more than {SPAWN_WAIT_S:g} s"
+            raise ServerGone(f"the fork server did not fork the job ({why})")
         return ForkedWorker(int(message["pid"]), ours)
 
     def close(self) -> None:
@@ -327,7 +358,7 @@ def serve(ctl_fd: int, preload: list[str]) -> int:
                     baseline = _threads()   # OpenBLAS's pool: fork-safe (pthread_atfork)
             continue
         try:
-            data, fds, _, _ = socket.recv_fds(ctl, MAX_MESSAGE, 2)
+            data, fds, _, _ = socket.recv_fds(ctl, MAX_MESSAGE, 2, getattr(socket, "MSG_CMSG_CLOEXEC", 0))
         except OSError:
             data, fds = b"", []
         if not data:
@@ -337,34 +368,10 @@ def serve(ctl_fd: int, preload: list[str]) -> int:
                 os.close(fd)
             continue
         job_sock, log_fd = socket.socket(fileno=fds[0]), fds[1]
-        request = json.loads(data)
-        extra = _threads() - baseline
-        if extra:   # never fork beside a thread that may hold a lock: the run starts a fresh worker
-            os.close(log_fd)
-            try:
-                job_sock.send(json.dumps({"refused": f"{len(extra)} thread(s) started by an import run in the "
-                                                    "fork server, which never forks beside them"}).encode())
-            except OSError:
-                pass
-            job_sock.close()
-            continue
-        pid = os.fork()
-        if pid == 0:
-            _child(request, ctl, job_sock, log_fd, children)   # never returns
-        os.close(log_fd)
         try:
-            os.setpgid(pid, pid)   # before the run hears of it, so the run's kill reaches the group
-        except OSError:
-            pass
-        try:
-            job_sock.send(json.dumps({"pid": pid}).encode())
-        except OSError:   # nobody waits for it any more (the run gave up on us): it must not run
-            for kill in (os.killpg, os.kill):
-                try:
-                    kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-        children[pid] = job_sock
+            _fork_one(json.loads(data), ctl, job_sock, log_fd, children, baseline)
+        except Exception as e:   # noqa: BLE001 - a failed fork (EAGAIN, ENOMEM) refuses one job, not all
+            _refuse(job_sock, log_fd, f"{type(e).__name__}: {e}")
     for pid in children:   # the run is gone: so are its jobs
         for kill in (os.killpg, os.kill):
             try:
@@ -376,6 +383,46 @@ def serve(ctl_fd: int, preload: list[str]) -> int:
         _reap_children(children)
         time.sleep(0.01)
     return 0
+
+
+def _refuse(job_sock: socket.socket, log_fd: int, why: str) -> None:
+    """Tell the run this job was not forked (it starts a fresh worker) and let go of its fds."""
+    try:
+        os.close(log_fd)
+    except OSError:
+        pass
+    try:
+        job_sock.send(json.dumps({"refused": why}).encode())
+    except OSError:
+        pass
+    job_sock.close()
+
+
+def _fork_one(request: dict, ctl: socket.socket, job_sock: socket.socket, log_fd: int, children: dict,
+              baseline: set) -> None:
+    """Fork the worker of one request and tell the run its pid."""
+    extra = _threads() - baseline
+    if extra:   # never fork beside a thread that may hold a lock: the run starts a fresh worker
+        _refuse(job_sock, log_fd, f"{len(extra)} thread(s) started by an import run in the fork server, which "
+                                  "never forks beside them")
+        return
+    pid = os.fork()
+    if pid == 0:
+        _child(request, ctl, job_sock, log_fd, children)   # never returns
+    os.close(log_fd)
+    try:
+        os.setpgid(pid, pid)   # before the run hears of it, so the run's kill reaches the group
+    except OSError:
+        pass
+    try:
+        job_sock.send(json.dumps({"pid": pid}).encode())
+    except OSError:   # nobody waits for it any more (the run gave up on us): it must not run
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    children[pid] = job_sock
 
 
 def _threads() -> set[int]:
@@ -442,8 +489,14 @@ def _child(request: dict, ctl: socket.socket, job_sock: socket.socket, log_fd: i
 
         set_title(" ".join(python_command("-m", "navigator._worker", request["job"])))
         code = worker.main([request["job"]], forked=True)
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
+    except SystemExit as e:   # as the interpreter of a fresh worker would end
+        if e.code is None:
+            code = 0
+        elif isinstance(e.code, int):
+            code = e.code
+        else:
+            print(e.code, file=sys.stderr)
+            code = 1
     except BaseException:   # noqa: B902 - a worker's crash goes to its log, as a fresh worker's would
         import traceback
 
