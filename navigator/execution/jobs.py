@@ -131,9 +131,10 @@ class Job(Record):
     # In-process jobs only (never serialized): the live source object, handed to the
     # runners and converters that need it (navigator.sources.torch_support.LiveModule).
     live: Any = field(default=None, repr=False, compare=False, metadata={"transient": True})
-    # In-process jobs only: a context manager held around each profile stage, so no worker runs
-    # beside a measurement made in this process (navigator.pipeline.context.RunContext.measure_gate).
-    measure_gate: Any = field(default=None, repr=False, compare=False, metadata={"transient": True})
+    # In-process jobs only: when a list, the job verifies but leaves its profiles here, each
+    # (task index, task, runner spec, active runner, io names), for the calling thread to measure
+    # once the job's thread ended (navigator.pipeline.dispatch.run_job_in_process).
+    measure_later: Any = field(default=None, repr=False, compare=False, metadata={"transient": True})
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, default=str)

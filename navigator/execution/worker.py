@@ -30,14 +30,20 @@ DISK_FULL_ERRNOS = (28, 122)   # ENOSPC, EDQUOT
 
 
 class Events:
-    def __init__(self, path: str):
+    def __init__(self, path: str, on_emit=None):
         self._f = open(path, "a", buffering=1, encoding="utf-8")
+        self._on_emit = on_emit   # in-process: the caller applies each event as it is written
 
     def emit(self, event: Event) -> None:
         event.t = time.time()
         self._f.write(json.dumps(event.to_dict(), default=str) + "\n")
         self._f.flush()
         os.fsync(self._f.fileno())
+        if self._on_emit is not None:
+            self._on_emit()
+
+    def close(self) -> None:
+        self._f.close()
 
 
 class StageLog:
@@ -88,7 +94,7 @@ def _run_stage(events: Events, task_index: int, key: str, stage: str, runner: st
     return result
 
 
-def _run_format(ws, events: Events, i: int, task: Task, live, measure_gate=None) -> None:
+def _run_format(ws, events: Events, i: int, task: Task, live, measure_later: list | None = None) -> None:
     io_names = dict(task.io_names)
     if task.convert is not None:
         result = _run_stage(events, i, task.key, "convert", None, lambda: stages.run_convert(ws, task, live),
@@ -108,12 +114,28 @@ def _run_format(ws, events: Events, i: int, task: Task, live, measure_gate=None)
         result = _run_stage(events, i, task.key, "verify", spec.key, verify, ws.stage_log(task.key, "verify"))
         runner = holder.get("runner")
         if task.profile is not None and runner is not None and result["status"] == "ok":
-            import contextlib
-
-            with (measure_gate or contextlib.nullcontext)():   # in-process: no worker beside the measurement
-                _run_stage(events, i, task.key, "profile", spec.key,
-                           lambda: stages.run_profile(ws, task, runner, io_names), ws.stage_log(task.key, "profile"))
+            if measure_later is not None:   # in-process: measured on the calling thread (measure_deferred)
+                measure_later.append((i, task, spec, runner, io_names))
+                continue
+            _run_stage(events, i, task.key, "profile", spec.key,
+                       lambda: stages.run_profile(ws, task, runner, io_names), ws.stage_log(task.key, "profile"))
         if runner is not None:
+            runner.deactivate()
+
+
+def measure_deferred(ws, events: Events, deferred: list) -> None:
+    """The profiles an in-process job left in ``Job.measure_later``, measured by the calling
+    thread once the job's thread ended (navigator.pipeline.dispatch says why); each runner
+    is deactivated after its profile, or when a Ctrl-C stops them."""
+    try:
+        while deferred:
+            i, task, spec, runner, io_names = deferred[0]
+            _run_stage(events, i, task.key, "profile", spec.key,
+                       lambda: stages.run_profile(ws, task, runner, io_names), ws.stage_log(task.key, "profile"))
+            deferred.pop(0)
+            runner.deactivate()
+    finally:
+        for *_, runner, _ in deferred:
             runner.deactivate()
 
 
@@ -141,7 +163,7 @@ def run_job(job: Job) -> int:
             if result["status"] != "ok":
                 return 1
             continue
-        _run_format(ws, events, i, task, job.live, job.measure_gate)
+        _run_format(ws, events, i, task, job.live, job.measure_later)
     return 0
 
 

@@ -62,6 +62,7 @@ class RunContext:
     workers_running: int = 0
     measuring: bool = False
     forkserver: Any = None           # the run's warm workers (navigator.execution.forkserver), or None
+    calls: Any = None                # CallerCalls while formats run in parallel: work handed to the calling thread
 
     def locked(self):
         return self.lock if self.lock is not None else contextlib.nullcontext()
@@ -82,6 +83,14 @@ class RunContext:
             with self.gate:
                 self.workers_running -= 1
                 self.gate.notify_all()
+
+    def on_caller(self, fn: Callable):
+        """``fn()`` on the thread that runs the scheduler (the one that called navigator), from
+        any thread of the run: directly when this is it or formats run one at a time, else
+        handed over (:class:`CallerCalls`). Returns its result or raises its error."""
+        if self.calls is None:
+            return fn()
+        return self.calls.run(fn, self.cancel)
 
     @contextlib.contextmanager
     def measure_gate(self):
@@ -120,3 +129,62 @@ class RunContext:
     def is_live(self) -> bool:
         """The source is an object of this process that no worker can rebuild."""
         return self.source.obj is not None and not getattr(self.source, "factory", None)
+
+
+class CallerCalls:
+    """Work the threads of a parallel run hand to the scheduler's thread, which runs it
+    between its checks of the workers (:meth:`serve`).
+
+    Why: a measurement of a live module in this process must run on the thread whose
+    OpenMP team torch already uses, with no other thread's team alive -- GNU OpenMP
+    shortens its busy-wait to almost nothing once it manages more threads than there are
+    cores, which halved torch's throughput measured from a second thread (a transformer
+    block at batch 64: 18-20k/s against 37-41k/s on the first thread, same process)."""
+
+    def __init__(self):
+        import queue
+        import threading
+
+        self.owner = threading.get_ident()
+        self._queue: queue.Queue = queue.Queue()
+        self._taken = threading.Lock()
+
+    def run(self, fn: Callable, cancel=None):
+        import threading
+
+        if threading.get_ident() == self.owner:
+            return fn()
+        item = {"fn": fn, "done": threading.Event(), "taken": False}
+        self._queue.put(item)
+        while not item["done"].wait(0.05):
+            if cancel is not None and cancel.is_set():
+                with self._taken:
+                    if not item["taken"]:      # the scheduler stopped: it will never take it
+                        item["taken"] = True
+                        raise KeyboardInterrupt
+        if "error" in item:
+            raise item["error"]
+        return item.get("result")
+
+    def serve(self) -> None:
+        """Run (on the scheduler's thread) everything handed over so far; an error in one is
+        handed back to the thread that asked, and a Ctrl-C also stops the scheduler."""
+        import queue
+
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            with self._taken:
+                if item["taken"]:
+                    continue
+                item["taken"] = True
+            try:
+                item["result"] = item["fn"]()
+            except BaseException as e:   # noqa: B902 - handed back to the thread that asked
+                item["error"] = e
+                if not isinstance(e, Exception):
+                    item["done"].set()
+                    raise
+            item["done"].set()

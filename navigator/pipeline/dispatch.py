@@ -77,15 +77,17 @@ def run_job_in_process(ctx: RunContext, name: str, tasks: list[Task]) -> None:
             task.runners = [r for r in task.runners if r.device == "cpu"]
         kept.append(task)
     job = Job(workspace=str(ctx.ws.root), events=str(events), tasks=kept, live=ctx.live,
-              measure_gate=ctx.measure_gate)
+              measure_later=[] if any(t.profile is not None for t in kept) else None)
     start = time.perf_counter()
     if ctx.in_process is None:
         outcome = _run_in_thread(ctx, name, job)
+        _measure_here(ctx, job, outcome)
     else:   # parallel formats: one in-process job at a time (torch's tracing state is global)
         with ctx.unlocked():
             ctx.in_process.acquire()
         try:
             outcome = _run_in_thread(ctx, name, job)
+            _measure_here(ctx, job, outcome)
         finally:
             ctx.in_process.release()
     ctx.timings.setdefault("workers", []).append((f"{name} (in process)", time.perf_counter() - start,
@@ -94,6 +96,45 @@ def run_job_in_process(ctx: RunContext, name: str, tasks: list[Task]) -> None:
         log.warning("in-process job %s: %s", name, outcome.reason)
         finish_crashed(ctx, kept, outcome)
     check_disk_full(ctx, kept)
+
+
+def _measure_here(ctx: RunContext, job: Job, outcome) -> None:
+    """The profiles the in-process job left (``Job.measure_later``), measured on the thread that
+    runs the scheduler -- the one whose OpenMP team torch already uses -- once the job's thread
+    ended, with no worker running (``RunContext.measure_gate``). From a second thread, or beside
+    one whose OpenMP team is still alive, GNU OpenMP stops busy-waiting and torch measured at
+    about half its speed (:class:`navigator.pipeline.context.CallerCalls`). The sweep's own
+    budget bounds it; a job that timed out or crashed leaves its profiles to finish_crashed."""
+    from navigator.execution import worker
+    from navigator.execution.isolation import EventTail
+
+    deferred = job.measure_later
+    if not deferred:
+        return
+    if outcome.reason or outcome.open_stage is not None:
+        if "abandoned" not in (outcome.reason or ""):   # an abandoned thread may still use them
+            for *_, runner, _ in deferred:
+                runner.deactivate()
+        return
+    tail = EventTail(Path(job.events))
+    tail.read()   # what the job's thread wrote was applied already
+
+    def apply_new() -> None:
+        with ctx.locked():
+            for event in tail.read():
+                outcome.events.append(event)
+                apply_event(ctx, event)
+
+    def measure() -> None:
+        events = worker.Events(job.events, on_emit=apply_new)
+        try:
+            with ctx.measure_gate():
+                worker.measure_deferred(ctx.ws, events, deferred)
+        finally:
+            events.close()
+
+    with ctx.unlocked():   # the scheduler's thread applies the events under the lock
+        ctx.on_caller(measure)
 
 
 class StageTimeout(BaseException):

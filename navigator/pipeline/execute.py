@@ -15,7 +15,7 @@ from navigator.pipeline.context import RunContext
 from navigator.pipeline.diskfull import WorkspaceFull, says_disk_full
 from navigator.pipeline.dispatch import run_job, run_job_in_process
 from navigator.pipeline.events import explain_skips, skip_runners
-from navigator.pipeline.race import defer_profile, run_race
+from navigator.pipeline.race import defer_profile, run_race, screen_here
 from navigator.pipeline.schedule import run_parallel
 from navigator.pipeline.reproduce import write_reproduce
 from navigator.pipeline.tasks import format_task, reference_task, runner_specs, sys_path_for
@@ -205,8 +205,8 @@ def converted_task(ctx: RunContext, item, task: Task) -> Task:
 
 def run_tasks(ctx: RunContext, item, tasks: list[Task]) -> None:
     fs = ctx.status.formats[item.key]
-    if item.converter is None and ctx.is_live:
-        run_job_in_process(ctx, item.key, tasks)
+    if item.converter is None and ctx.is_live:   # no worker has the object: screened in this process
+        run_job_in_process(ctx, item.key, [screen_here(t) for t in tasks])
     else:   # a worker: its profiles wait for the race (navigator.pipeline.race)
         tasks = [defer_profile(ctx, item, t) for t in tasks]
         run_job(ctx, item.key, tasks, ctx.ws.worker_log(item.key), sys_path_for(item.converter))

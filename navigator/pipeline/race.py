@@ -5,7 +5,8 @@ contenders with interleaved windows. Its events are applied like a format worker
 
 Not raced: ``--no-race`` (each format worker sweeps its own runners to full depth, as
 before), ``--no-profile``, and jobs run in the calling process (a live module: its runners
-need the object, which no worker has), which keep the full sweep in their own job."""
+need the object, which no worker has), which are screened there (:func:`screen_here`), on
+the calling thread once no worker runs (navigator.pipeline.dispatch.run_job_in_process)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,17 @@ def defer_profile(ctx: RunContext, item, task: Task) -> Task:
     queue_for_race(ctx, item, [r.key for r in task.runners])
     task = Task.from_dict(task.to_dict())
     task.profile = None
+    return task
+
+
+def screen_here(task: Task) -> Task:
+    """A live module's task when the run races: its runners need the object, which no worker
+    has, so they cannot join the race; they are screened in this process instead (the race's
+    screening settings and ``phase: screening``), not swept to full depth."""
+    if task.kind != "format" or task.profile is None or not task.profile.race:
+        return task
+    task = Task.from_dict(task.to_dict())
+    task.profile.race, task.profile.screen = False, True
     return task
 
 

@@ -31,7 +31,7 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from navigator.pipeline.context import RunContext
+from navigator.pipeline.context import CallerCalls, RunContext
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,7 @@ def run_parallel(ctx: RunContext, planned, run_item) -> None:
     Returns when all ended; re-raises the first error after stopping the others."""
     ctx.lock, ctx.cancel = threading.Lock(), threading.Event()
     ctx.reference_ready, ctx.gate, ctx.in_process = threading.Event(), threading.Condition(), threading.Lock()
+    ctx.calls = CallerCalls()   # in-process measurements run on this thread (CallerCalls says why)
     done: set[str] = set()
     pending = list(planned)
     source = pending[0].key if pending else None
@@ -121,15 +122,16 @@ def run_parallel(ctx: RunContext, planned, run_item) -> None:
                 ctx.cancel.set()    # then the pool's exit waits for their threads
                 raise
     finally:
-        ctx.lock = ctx.cancel = ctx.reference_ready = ctx.gate = ctx.in_process = None
+        ctx.lock = ctx.cancel = ctx.reference_ready = ctx.gate = ctx.in_process = ctx.calls = None
 
 
 def _schedule(ctx: RunContext, pool, one, pending: list, done: set, ready, live_source, children) -> None:
     if live_source is not None:
         pending.pop(0)
-        finished, _ = wait({pool.submit(one, live_source, verify=False)})
-        done.update(f.result() for f in finished)
-        running = set()
+        running = {pool.submit(one, live_source, verify=False)}
+        while running:
+            finished, running = _wait_some(ctx, running)
+            done.update(f.result() for f in finished)
     else:
         running = {pool.submit(one, pending.pop(0))} if pending else set()
     while pending or running or live_source is not None:
@@ -141,14 +143,16 @@ def _schedule(ctx: RunContext, pool, one, pending: list, done: set, ready, live_
             running.add(pool.submit(one, item))
         if not running:   # a parent that was never planned: run the rest in order
             running.add(pool.submit(one, pending.pop(0)))
-        finished, running = _wait_some(running)
+        finished, running = _wait_some(ctx, running)
         done.update(f.result() for f in finished)
 
 
-def _wait_some(futures: set):
-    """Wait a moment for any of ``futures`` (the reference may become ready meanwhile); re-raise
+def _wait_some(ctx: RunContext, futures: set):
+    """Run what the formats' threads handed to this thread (a live module's measurement), then
+    wait a moment for any of ``futures`` (the reference may become ready meanwhile); re-raise
     the error of one that failed."""
-    finished, rest = wait(futures, timeout=0.1, return_when=FIRST_COMPLETED)
+    ctx.calls.serve()
+    finished, rest = wait(futures, timeout=0.05, return_when=FIRST_COMPLETED)
     for f in finished:
         if f.exception() is not None:
             raise f.exception()

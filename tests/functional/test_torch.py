@@ -276,6 +276,44 @@ def test_model_files_as_sources(tmp_path, kind):
     assert (result.workspace / "formats" / "torch" / path.name.replace("cnn", "model")).is_file()
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_live_module_is_measured_on_the_calling_thread(tmp_path, jobs):
+    """A live module's profile runs on the thread that called navigator.convert, once the thread
+    that verified it ended: measured from a second thread, or beside one whose OpenMP team is
+    alive, torch ran at about half speed (GNU OpenMP stops busy-waiting when it manages more
+    threads than there are cores). Sequential (jobs=1) and parallel (jobs=2) scheduling."""
+    import threading
+
+    import navigator
+
+    class Spy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.lin = nn.Linear(4, 2)
+            self.calls = []
+
+        def forward(self, x):
+            if not torch.jit.is_tracing():
+                alive = sorted(t.name for t in threading.enumerate() if t.name.startswith("navigator-job"))
+                self.calls.append((threading.get_ident(), int(x.shape[0]), alive))
+            return self.lin(x)
+
+    model = Spy()
+    rng = np.random.default_rng(0)
+    samples = [{"x": rng.standard_normal((3, 4)).astype(np.float32)} for _ in range(2)]
+    result = navigator.convert(model, samples, workdir=tmp_path / "wd", targets=["torchscript", "onnx"],
+                               runners=["torch", "torchscript", "onnxruntime"], jobs=jobs, max_batch_size=16,
+                               profile_budget_s=2, progress=False)
+    rs = result.status.formats["torch"].runners["torch-cpu"]
+    assert rs.verify.status == "ok" and rs.profile.status == "ok", (rs.verify, rs.profile)
+    assert 8 in {r.batch_size for r in rs.profile.results}
+    here = threading.get_ident()
+    assert any(c[0] != here and c[2] for c in model.calls)   # verified in the job's thread
+    measured = [c for c in model.calls if c[1] == 8]    # a size only the profile's sweep runs
+    assert measured and all(c[0] == here and not c[2] for c in measured), measured[:3]
+
+
 @pytest.mark.skipif(not deps.has("torch") or not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_runners_profile_on_the_device_channels_last(tmp_path):
     """On CUDA a CNN runs channels-last and is profiled with device-resident tensors."""
