@@ -37,7 +37,7 @@ the time goes" table shows beside the sums of the recorded step durations.
 Pick accuracy (``--no-oracle`` skips it): after each model's runs, one process in Navigator's
 venv loads every artifact either tool verified (each tool's own TorchScript, ExportedProgram and
 ONNX files; the source module eager and under torch.compile, shared by both) and measures them
-in ORACLE_ROUNDS interleaved rounds (one window per candidate and batch size per round, in a
+in ORACLE_ROUNDS interleaved rounds (one window, after 0.1 s unmeasured, per candidate and batch size per round, in a
 shuffled order); a run's pick is right when it is the fastest candidate within the measured
 noise (its upper quartile reaches the fastest's lower quartile), among all candidates and among
 the run's own verified ones.
@@ -323,10 +323,19 @@ def loader(kind, path, root, spec):
 
 def window(infer, feeds, seconds):
     n, start = 0, time.perf_counter()
+    while n < 2 or time.perf_counter() - start < REWARM_S:   # unmeasured: back to speed after the others
+        infer(feeds)
+        n += 1
+    n, start = 0, time.perf_counter()
     while n < 3 or time.perf_counter() - start < seconds:
         infer(feeds)
         n += 1
     return n / (time.perf_counter() - start)
+
+
+# A runner measured right after another runs at about half speed for its first ~50 ms (caches,
+# its thread pool waking): each window follows 0.1 s of unmeasured running.
+REWARM_S = 0.1
 
 
 def main():
@@ -892,7 +901,8 @@ def main() -> None:
             "releases in both venvs) loads every artifact either tool verified (each tool's own TorchScript, "
             "ExportedProgram and ONNX files; the source module eager and under torch.compile, shared) and measures "
             f"them in {ORACLE_ROUNDS} rounds, each round one {ORACLE_WINDOW_S:g} s window per (candidate, batch size) "
-            "in a shuffled order, so machine drift hits all alike. A candidate's figure is the median over rounds at "
+            "in a shuffled order, so machine drift hits all alike; each window follows 0.1 s of unmeasured running "
+            "(a runner measured right after another ran at half speed for ~50 ms). A candidate's figure is the median over rounds at "
             "its best batch size; a run's pick is right when the pick's upper quartile reaches the fastest "
             "candidate's lower quartile (within the measured noise), judged among all candidates and among the "
             "run's own verified ones (a tool cannot pick what it did not verify).", "",

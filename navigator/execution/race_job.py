@@ -36,9 +36,14 @@ log = logging.getLogger("navigator.worker")
 # 2-core machine): still until the last 3 agree, since a JIT (TorchScript's profiling executor)
 # stalls for ~0.1 s again some inferences after each new shape. The doubling stops at a gain within
 # the windows' spread, and, while they are too noisy to tell, at a batch size not ahead at all.
-SCREEN = {"window_s": 0.1, "window_min_iters": 10, "warmup_iters": 3, "max_windows": 5, "stop_within_spread": True}
+SCREEN = {"window_s": 0.05, "window_min_iters": 10, "warmup_iters": 3, "max_windows": 5, "stop_within_spread": True}
 SCREEN_BUDGET_S = 10.0    # stages.run_profile screens a run's only (format, runner) with the same
 RACE_MAX_ROUNDS = 30
+# Each race window follows this much unmeasured running: a runner measured right after another
+# ran at about half speed for its first ~50 ms (two onnxruntime sessions of one CNN, batch 16:
+# 43k/s in the first 50 ms after the switch, 82k/s after), which cut every 100 ms race window
+# by a quarter and let a loser's screening figure at another batch size beat the race figures.
+REWARM_S = 0.05
 KEEP_LOADED_BYTES = 1 << 30
 
 
@@ -230,7 +235,12 @@ def _race(ws, chosen: list[_Entry], budget_s: float) -> racing.RaceResult:
     by_name = {e.name: e for e in chosen}
 
     def measure(ent: racing.Entrant) -> racing.Window:
-        lat, _ = window(by_name[ent.name].infer, feeds[ent.name], settings)
+        infer, feed = by_name[ent.name].infer, feeds[ent.name]
+        start, n = time.perf_counter(), 0
+        while n < 2 or time.perf_counter() - start < REWARM_S:   # unmeasured: back to speed after the others
+            infer(feed)
+            n += 1
+        lat, _ = window(infer, feed, settings)
         return racing.Window(batch_size=ent.batch_size, latencies=lat)
 
     result = racing.race([e.entrant for e in chosen], measure, budget_s, max_rounds=RACE_MAX_ROUNDS)

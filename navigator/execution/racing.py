@@ -16,7 +16,8 @@ The race (:func:`race`): every candidate was *screened* (a short sweep); those n
 separated from the leader are the contenders; their windows are then measured in
 turn (one window of each, round after round, so drift of the machine hits all of
 them alike) until the leader is separated from every other contender -- each
-dropped as soon as it is -- or the budget ends, which the result says. The driver
+dropped as soon as it is -- or those left are within :data:`RACE_TIE` of each other
+(a tie), or the budget ends, which the result says. The driver
 takes the window function and the clock as arguments: the worker passes real ones,
 the unit tests deterministic ones.
 """
@@ -28,14 +29,27 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 UNSTABLE_SPREAD = 0.10      # the profiler's stability bound (last 3 windows within 10%)
+# The least spread a figure counts with: three windows measured back to back can agree within
+# 0.3% and still move by several percent a second later (two onnxruntime graphs of one CNN:
+# screening 82,166/s +- 0.13% vs 81,197/s +- 0.7%, a "separated" 1.2% lead; interleaved
+# windows then found them 0.1% apart). Two figures closer than 2% are never called separated.
+SPREAD_FLOOR = 0.02
 RACE_MIN_WINDOWS = 3        # race windows a contender gets before it can be dropped or declared the winner
 RACE_LAST = 5               # the spread of a contender's race figure: over its last windows, at most this many
+# Contenders whose race figures are this close after RACE_TIE_ROUNDS rounds end the race as a tie:
+# more windows would not separate them (the rule needs the ranges apart, and spreads on a busy
+# machine are wider than 2%), and either is as fast as the other for any deployment decision.
+# Before this rule, two ONNX graphs of one CNN (onnx, onnx-optimized: the same kernels once
+# onnxruntime optimised the first at load) raced all 30 rounds, a third of the run's wall time.
+RACE_TIE = 0.02
+RACE_TIE_ROUNDS = 6
 
 
 def half_spread(spread: float | None) -> float:
-    """Half the relative window range; a figure recorded without a spread (an older
-    workspace) counts as the stability bound, never as exact."""
-    return (UNSTABLE_SPREAD if spread is None else spread) / 2.0
+    """Half the relative window range, at least half of :data:`SPREAD_FLOOR`; a figure
+    recorded without a spread (an older workspace) counts as the stability bound, never as
+    exact."""
+    return max(SPREAD_FLOOR, UNSTABLE_SPREAD if spread is None else spread) / 2.0
 
 
 def separated(fast: float, fast_spread: float | None, slow: float, slow_spread: float | None) -> bool:
@@ -137,6 +151,10 @@ def race(entrants: list[Entrant], window: Callable[[Entrant], Window], budget_s:
             result.leader = lead.name
             if len(live) == 1:
                 result.settled = True
+                return result
+            if result.rounds >= RACE_TIE_ROUNDS and all(lt <= figures[e.name][0] * (1.0 + RACE_TIE) for e in live):
+                result.reason = (f"{', '.join(e.name for e in live)} within {RACE_TIE:.0%} of each other after "
+                                 f"{result.rounds} interleaved rounds: a tie, more windows would not separate them")
                 return result
         if clock() > deadline:
             result.reason = (f"the profile budget of {budget_s:g} s ended the race with "

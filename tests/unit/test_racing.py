@@ -29,6 +29,8 @@ from navigator.workspace.status import (ConvertStep, FormatStatus, ModelInfo, Pr
     (150.0, 1.26, 100.0, 0.05, False),     # ... but not 1.5x ahead
     (108.0, None, 100.0, None, False),     # no spread recorded: counts as the 10% bound
     (112.0, None, 100.0, None, True),
+    (101.5, 0.001, 100.0, 0.001, False),   # spreads below the 2% floor count as 2%: 1.5% is no lead
+    (103.0, 0.001, 100.0, 0.001, True),
 ])
 def test_separation_needs_the_window_ranges_apart(fast, fs, slow, ss, expected):
     assert separated(fast, fs, slow, ss) is expected
@@ -164,10 +166,24 @@ def test_the_race_interleaves_windows():
 
 def test_a_budget_that_ends_the_race_says_so():
     entrants = _entrants(("a", 100.0, 0.2), ("b", 99.0, 0.2))
-    # noisy, overlapping: never separated
-    result = race(entrants, _windows({"a": [90.0, 110.0], "b": [92.0, 108.0]}), budget_s=1.0, clock=_clock(0.1))
+    # noisy, overlapping: never separated, and 8% apart: no tie either
+    result = race(entrants, _windows({"a": [90.0, 130.0], "b": [88.0, 112.0]}), budget_s=1.0, clock=_clock(0.1))
     assert not result.settled and "budget of 1 s ended the race" in result.reason
     assert result.leader in ("a", "b") and entrants[0].out is None and entrants[1].out is None
+
+
+def test_contenders_within_two_percent_end_the_race_as_a_tie():
+    """Two runners 1% apart with 4% window spreads: the range rule never separates them; after
+    RACE_TIE_ROUNDS rounds the race ends, unsettled, and says it is a tie. 3% apart it goes on
+    to the budget."""
+    entrants = _entrants(("a", 100.0, 0.04), ("b", 99.0, 0.04))
+    result = race(entrants, _windows({"a": [98.0, 102.0], "b": [97.0, 101.0]}), budget_s=100.0, clock=_clock(0.1))
+    assert not result.settled and result.rounds == racing.RACE_TIE_ROUNDS
+    assert "within 2% of each other" in result.reason and "a tie" in result.reason
+    assert result.leader == "a" and entrants[0].out is None and entrants[1].out is None
+    entrants = _entrants(("a", 100.0, 0.04), ("b", 97.0, 0.04))
+    result = race(entrants, _windows({"a": [98.0, 102.0], "b": [95.0, 99.0]}), budget_s=2.0, clock=_clock(0.1))
+    assert not result.settled and "budget of 2 s ended the race" in result.reason
 
 
 def test_a_lone_contender_needs_no_race():
