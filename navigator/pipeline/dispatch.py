@@ -104,7 +104,9 @@ def _measure_here(ctx: RunContext, job: Job, outcome) -> None:
     ended, with no worker running (``RunContext.measure_gate``). From a second thread, or beside
     one whose OpenMP team is still alive, GNU OpenMP stops busy-waiting and torch measured at
     about half its speed (:class:`navigator.pipeline.context.CallerCalls`). The sweep's own
-    budget bounds it; a job that timed out or crashed leaves its profiles to finish_crashed."""
+    budget bounds it, not --timeout: on this thread a stuck inference could not be abandoned as
+    a job's thread is (the same inference ran in verification first). A job that timed out or
+    crashed leaves its profiles to finish_crashed."""
     from navigator.execution import worker
     from navigator.execution.isolation import EventTail
 
