@@ -36,7 +36,7 @@ UNSTABLE_SPREAD = 0.10      # the profiler's stability bound (last 3 windows wit
 SPREAD_FLOOR = 0.02
 RACE_MIN_WINDOWS = 3        # race windows a contender gets before it can be dropped or declared the winner
 RACE_LAST = 5               # the spread of a contender's race figure: over its last windows, at most this many
-# Contenders whose race figures are this close after RACE_TIE_ROUNDS rounds end the race as a tie:
+# Contenders whose race figures are this close (and stable) after RACE_TIE_ROUNDS rounds end the race as a tie:
 # more windows would not separate them (the rule needs the ranges apart, and spreads on a busy
 # machine are wider than 2%), and either is as fast as the other for any deployment decision.
 # Before this rule, two ONNX graphs of one CNN (onnx, onnx-optimized: the same kernels once
@@ -152,7 +152,8 @@ def race(entrants: list[Entrant], window: Callable[[Entrant], Window], budget_s:
             if len(live) == 1:
                 result.settled = True
                 return result
-            if result.rounds >= RACE_TIE_ROUNDS and all(lt <= figures[e.name][0] * (1.0 + RACE_TIE) for e in live):
+            if result.rounds >= RACE_TIE_ROUNDS and all(lt <= figures[e.name][0] * (1.0 + RACE_TIE)
+                                                         and not unstable(figures[e.name][1]) for e in live):
                 result.reason = (f"{', '.join(e.name for e in live)} within {RACE_TIE:.0%} of each other after "
                                  f"{result.rounds} interleaved rounds: a tie, more windows would not separate them")
                 return result

@@ -176,15 +176,17 @@ class CallerCalls:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 return
-            with self._taken:
-                if item["taken"]:
-                    continue
-                item["taken"] = True
             try:
+                with self._taken:
+                    if item["taken"]:
+                        continue
+                    item["taken"] = True
                 item["result"] = item["fn"]()
             except BaseException as e:   # noqa: B902 - handed back to the thread that asked
                 item["error"] = e
                 if not isinstance(e, Exception):
-                    item["done"].set()
                     raise
-            item["done"].set()
+            finally:   # whatever lands where (a Ctrl-C between two lines), the asking thread is released
+                if "result" not in item:
+                    item.setdefault("error", KeyboardInterrupt())
+                item["done"].set()

@@ -103,20 +103,19 @@ def _measure_here(ctx: RunContext, job: Job, outcome) -> None:
     runs the scheduler -- the one whose OpenMP team torch already uses -- once the job's thread
     ended, with no worker running (``RunContext.measure_gate``). From a second thread, or beside
     one whose OpenMP team is still alive, GNU OpenMP stops busy-waiting and torch measured at
-    about half its speed (:class:`navigator.pipeline.context.CallerCalls`). The sweep's own
-    budget bounds it, not --timeout: on this thread a stuck inference could not be abandoned as
-    a job's thread is (the same inference ran in verification first). A job that timed out or
-    crashed leaves its profiles to finish_crashed."""
+    about half its speed (:class:`navigator.pipeline.context.CallerCalls`). --timeout bounds each
+    profile as in a worker, as far as a thread can be stopped (:func:`_watch_caller`). A job whose
+    thread was stopped (a later verify ran past --timeout) still has its earlier runners measured;
+    one whose thread was abandoned leaves them to finish_crashed (it may still use them)."""
+    import threading
+
     from navigator.execution import worker
     from navigator.execution.isolation import EventTail
 
     deferred = job.measure_later
     if not deferred:
         return
-    if outcome.reason or outcome.open_stage is not None:
-        if "abandoned" not in (outcome.reason or ""):   # an abandoned thread may still use them
-            for *_, runner, _ in deferred:
-                runner.deactivate()
+    if "abandoned" in (outcome.reason or ""):
         return
     tail = EventTail(Path(job.events))
     tail.read()   # what the job's thread wrote was applied already
@@ -131,12 +130,51 @@ def _measure_here(ctx: RunContext, job: Job, outcome) -> None:
         events = worker.Events(job.events, on_emit=apply_new)
         try:
             with ctx.measure_gate():
-                worker.measure_deferred(ctx.ws, events, deferred)
+                stop = threading.Event()
+                watch = threading.Thread(target=_watch_caller, args=(ctx, tail, threading.get_ident(), stop),
+                                         name="navigator-measure-watch", daemon=True)
+                try:
+                    try:
+                        watch.start()
+                        worker.measure_deferred(ctx.ws, events, deferred)
+                    finally:
+                        stop.set()
+                        watch.join()
+                        _async_raise_id(threading.get_ident(), None)   # one raised as the stage ended
+                except StageTimeout:
+                    _timed_out_here(ctx, events, deferred, tail)
         finally:
             events.close()
 
     with ctx.unlocked():   # the scheduler's thread applies the events under the lock
         ctx.on_caller(measure)
+
+
+def _watch_caller(ctx: RunContext, tail, ident: int, stop) -> None:
+    """--timeout for profiles measured on the calling thread: :class:`StageTimeout` raised in it
+    (at its next bytecode) once a stage has been open longer than the limit."""
+    from navigator.execution.isolation import POLL_S
+
+    limit = ctx.config.timeout
+    while limit and not stop.wait(POLL_S):
+        if tail.open_stage is not None and time.monotonic() - tail.stage_start > limit:
+            _async_raise_id(ident, StageTimeout)
+            return
+
+
+def _timed_out_here(ctx: RunContext, events, deferred: list, tail) -> None:
+    """End the profile that ran past --timeout on the calling thread, and those after it."""
+    from navigator.execution.jobs import Event
+
+    limit = ctx.config.timeout
+    log.warning("a profile measured in the calling process ran past --timeout %g s: stopped", limit)
+    for n, (i, task, spec, _runner, _io) in enumerate(deferred):
+        reason = (f"timed out after {limit:g} s in profile (--timeout) in the calling process" if n == 0 else
+                  f"not run: an earlier profile timed out after {limit:g} s (--timeout)")
+        if n:
+            events.emit(Event(task=i, key=task.key, stage="profile", runner=spec.key, event="start"))
+        events.emit(Event(task=i, key=task.key, stage="profile", runner=spec.key, event="end",
+                          result={"status": "failed", "reason": reason}))
 
 
 class StageTimeout(BaseException):
@@ -150,10 +188,16 @@ IN_PROCESS_GRACE_S = 5.0   # how long a timed-out in-process stage gets to unwin
 
 def _async_raise(thread, exc_type) -> None:
     """Raise ``exc_type`` in ``thread`` at its next Python bytecode (CPython)."""
+    if thread.ident is not None:
+        _async_raise_id(thread.ident, exc_type)
+
+
+def _async_raise_id(ident: int, exc_type) -> None:
+    """Raise ``exc_type`` in the thread ``ident`` at its next bytecode; None clears a pending one."""
     import ctypes
 
-    if thread.ident is not None:
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type))
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident),
+                                               ctypes.py_object(exc_type) if exc_type is not None else None)
 
 
 def _run_in_thread(ctx: RunContext, name: str, job: Job):

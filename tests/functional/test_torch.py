@@ -314,6 +314,41 @@ def test_a_live_module_is_measured_on_the_calling_thread(tmp_path, jobs):
     assert measured and all(c[0] == here and not c[2] for c in measured), measured[:3]
 
 
+def test_a_live_profile_on_the_calling_thread_keeps_the_timeout(tmp_path):
+    """--timeout bounds a live module's profile measured on the calling thread as it bounded one
+    in the job's thread: a model that turns slow at batch 8 (a shape only the sweep runs) fails
+    that profile with the reason, the run goes on and ends."""
+    import threading
+    import time
+
+    import navigator
+
+    class SlowAtEight(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.lin = nn.Linear(4, 2)
+
+        def forward(self, x):
+            if x.shape[0] == 8 and not torch.jit.is_tracing() and threading.current_thread() is threading.main_thread():
+                for _ in range(200):    # Python bytecode: a StageTimeout can land between the sleeps
+                    time.sleep(0.05)
+            return self.lin(x)
+
+    rng = np.random.default_rng(0)
+    samples = [{"x": rng.standard_normal((3, 4)).astype(np.float32)} for _ in range(2)]
+    start = time.monotonic()
+    result = navigator.convert(SlowAtEight(), samples, workdir=tmp_path / "wd", targets=["torchscript"],
+                               runners=["torch", "torchscript"], jobs=1, max_batch_size=16, timeout=3,
+                               profile_budget_s=30, progress=False)
+    rs = result.status.formats["torch"].runners["torch-cpu"]
+    assert rs.verify.status == "ok"
+    assert rs.profile.status == "failed"
+    assert rs.profile.reason.startswith("timed out after 3 s in profile (--timeout) in the calling process")
+    assert result.status.formats["torchscript"].runners["torchscript-cpu"].profile.status == "ok"
+    assert time.monotonic() - start < 60
+
+
 @pytest.mark.skipif(not deps.has("torch") or not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_runners_profile_on_the_device_channels_last(tmp_path):
     """On CUDA a CNN runs channels-last and is profiled with device-resident tensors."""
