@@ -5,6 +5,7 @@ as far as a thread allows."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -104,11 +105,9 @@ def _measure_here(ctx: RunContext, job: Job, outcome) -> None:
     ended, with no worker running (``RunContext.measure_gate``). From a second thread, or beside
     one whose OpenMP team is still alive, GNU OpenMP stops busy-waiting and torch measured at
     about half its speed (:class:`navigator.pipeline.context.CallerCalls`). --timeout bounds each
-    profile as in a worker, as far as a thread can be stopped (:func:`_watch_caller`). A job whose
+    profile as in a worker, as far as a thread can be stopped (:func:`_timeout_here`). A job whose
     thread was stopped (a later verify ran past --timeout) still has its earlier runners measured;
     one whose thread was abandoned leaves them to finish_crashed (it may still use them)."""
-    import threading
-
     from navigator.execution import worker
     from navigator.execution.isolation import EventTail
 
@@ -130,19 +129,11 @@ def _measure_here(ctx: RunContext, job: Job, outcome) -> None:
         events = worker.Events(job.events, on_emit=apply_new)
         try:
             with ctx.measure_gate():
-                stop = threading.Event()
-                watch = threading.Thread(target=_watch_caller, args=(ctx, tail, threading.get_ident(), stop),
-                                         name="navigator-measure-watch", daemon=True)
                 try:
-                    try:
-                        watch.start()
+                    with _timeout_here(ctx.config.timeout, tail):
                         worker.measure_deferred(ctx.ws, events, deferred)
-                    finally:
-                        stop.set()
-                        watch.join()
-                        _async_raise_id(threading.get_ident(), None)   # one raised as the stage ended
                 except StageTimeout:
-                    _timed_out_here(ctx, events, deferred, tail)
+                    _timed_out_here(ctx, events, deferred)
         finally:
             events.close()
 
@@ -150,19 +141,34 @@ def _measure_here(ctx: RunContext, job: Job, outcome) -> None:
         ctx.on_caller(measure)
 
 
-def _watch_caller(ctx: RunContext, tail, ident: int, stop) -> None:
-    """--timeout for profiles measured on the calling thread: :class:`StageTimeout` raised in it
-    (at its next bytecode) once a stage has been open longer than the limit."""
+@contextlib.contextmanager
+def _timeout_here(limit: float | None, tail):
+    """--timeout for stages run on this thread, their events read through ``tail``: a watch thread
+    raises :class:`StageTimeout` here (at the next bytecode) once a stage has been open longer than
+    ``limit``; on leaving, it is stopped and a StageTimeout raised as the stage ended is cleared."""
+    import threading
+
     from navigator.execution.isolation import POLL_S
 
-    limit = ctx.config.timeout
-    while limit and not stop.wait(POLL_S):
-        if tail.open_stage is not None and time.monotonic() - tail.stage_start > limit:
-            _async_raise_id(ident, StageTimeout)
-            return
+    ident, stop = threading.get_ident(), threading.Event()
+
+    def watch() -> None:
+        while limit and not stop.wait(POLL_S):
+            if tail.open_stage is not None and time.monotonic() - tail.stage_start > limit:
+                _async_raise_id(ident, StageTimeout)
+                return
+
+    watcher = threading.Thread(target=watch, name="navigator-measure-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join()
+        _async_raise_id(ident, None)
 
 
-def _timed_out_here(ctx: RunContext, events, deferred: list, tail) -> None:
+def _timed_out_here(ctx: RunContext, events, deferred: list) -> None:
     """End the profile that ran past --timeout on the calling thread, and those after it."""
     from navigator.execution.jobs import Event
 
