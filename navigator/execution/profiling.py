@@ -4,7 +4,8 @@ Windows run until the last 3 agree within 10% on throughput (minimum 3,
 maximum 10 windows, Perf Analyzer's rule scaled down); batch sizes double
 from 1 until throughput gains < 5% or ``max_batch_size``; a time budget per
 format bounds it all and marks the result ``stable: false`` when it ends the
-measurement early.
+measurement early. A screening sweep (``coarse``) steps x4 instead and then
+measures the peak's two doubling neighbours (:func:`sweep`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ class ProfileSettings:
     # stop doubling also when the larger batch is not ahead of the best so far by more than
     # both figures' window spread (navigator.execution.racing.separated): the screening's rule
     stop_within_spread: bool = False
+    # screening: batch sizes x4 apart (1, 4, 16, 64, and the largest power of two <= max_batch_size),
+    # then the peak's doubling neighbours not measured yet (peak / 2, peak * 2), so the peak is still
+    # located to a power of two in 5-6 sizes instead of 7 (max 64) -- the same sizes where it is interior
+    coarse: bool = False
 
 
 @dataclass
@@ -143,24 +148,35 @@ def sweep(infer, sample: dict, batch_dim: int | None, settings: ProfileSettings)
         if not stable:
             outcome.reason = "throughput did not settle within 10 windows or the budget"
         return outcome
+    doubling, b = [], 1
+    while b <= settings.max_batch_size:
+        doubling.append(b)
+        b *= 2
     if settings.batch_sizes:
         sizes = [b for b in settings.batch_sizes if b <= settings.max_batch_size] or [1]
+    elif settings.coarse:
+        sizes = doubling[::2] + ([doubling[-1]] if len(doubling) % 2 == 0 else [])
     else:
-        sizes, b = [], 1
-        while b <= settings.max_batch_size:
-            sizes.append(b)
-            b *= 2
-    best, lead = 0.0, None
-    for i, size in enumerate(sizes):
+        sizes = doubling
+
+    def at(size: int) -> bool:
+        """Measure ``size``; False once the budget has ended (nothing measured)."""
         if time.perf_counter() > deadline:
             outcome.stable = False
             outcome.reason = f"profile budget of {settings.budget_s:g} s ended the sweep before batch size {size}"
-            break
+            return False
         result, stable = measure(infer, batch_of(sample, batch_dim, size), size, settings, deadline)
         outcome.results.append(result)
         if not stable:
             outcome.stable = False
             outcome.reason = outcome.reason or f"batch size {size}: throughput did not settle"
+        return True
+
+    best, lead = 0.0, None
+    for size in sizes:
+        if not at(size):
+            return outcome
+        result = outcome.results[-1]
         gain = result["throughput"] / best - 1.0 if best else float("inf")
         stop = gain < MIN_GAIN
         if settings.stop_within_spread and lead is not None:
@@ -175,4 +191,11 @@ def sweep(infer, sample: dict, batch_dim: int | None, settings: ProfileSettings)
         best = max(best, result["throughput"])
         if not settings.batch_sizes and stop:
             break
+    if settings.coarse and not settings.batch_sizes:
+        done = {r["batch_size"] for r in outcome.results}
+        peak = lead["batch_size"]
+        for size in (peak // 2, peak * 2):
+            if size in doubling and size not in done and not at(size):
+                break
+        outcome.results.sort(key=lambda r: r["batch_size"])
     return outcome

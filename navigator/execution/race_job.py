@@ -2,9 +2,10 @@
 on the machine (the parent starts it after every conversion and verification ended).
 
 1. **Screening.** Each runner is loaded and swept briefly (:data:`SCREEN`: 3 to 5
-   windows per batch size; the doubling stops when a larger batch is not ahead by more
-   than the windows' spread, or, while they are too noisy to tell, not ahead at all). Its
-   profile is reported at once with ``phase: screening``.
+   windows per batch size; batch sizes x4 apart, stopping when a larger batch is not ahead
+   by more than the windows' spread, or, while they are too noisy to tell, not ahead at
+   all; then the peak's two doubling neighbours). Its profile is reported at once with
+   ``phase: screening``.
 2. **Contenders.** The leader and every runner not separated from it
    (:func:`navigator.execution.racing.contenders`).
 3. **The race.** The contenders' windows at their screening peaks are measured in turn,
@@ -32,11 +33,16 @@ from navigator.execution.jobs import Event, Job, RunnerTask, Task
 
 log = logging.getLogger("navigator.worker")
 
-# Fewer windows than a full sweep's 10, of the same length (shorter ones were all noise on a loaded
-# 2-core machine): still until the last 3 agree, since a JIT (TorchScript's profiling executor)
-# stalls for ~0.1 s again some inferences after each new shape. The doubling stops at a gain within
-# the windows' spread, and, while they are too noisy to tell, at a batch size not ahead at all.
-SCREEN = {"window_s": 0.05, "window_min_iters": 10, "warmup_iters": 3, "max_windows": 5, "stop_within_spread": True}
+# Fewer and shorter windows than a full sweep's (3-10 of >= 0.1 s): 3 to 5 of >= 30 ms, still until
+# the last 3 agree, since a JIT (TorchScript's profiling executor) stalls again some inferences after
+# each new shape. The doubling stops at a gain within the windows' spread, and, while they are too
+# noisy to tell, at a batch size not ahead at all. Batch sizes x4 apart, then the peak's two doubling
+# neighbours (ProfileSettings.coarse): 5 sizes instead of 7 where the peak is the largest (the
+# transformer block's every runner, max 64). Measured on the examples' CNN and transformer block
+# (issue #20): windows of 30 ms kept spreads mostly under 0.07, as 50 ms did; whoever a screening
+# cannot separate from the leader is raced with full windows (RACE_* below).
+SCREEN = {"window_s": 0.03, "window_min_iters": 10, "warmup_iters": 3, "max_windows": 5, "stop_within_spread": True,
+          "coarse": True}
 SCREEN_BUDGET_S = 10.0    # stages.run_profile screens a run's only (format, runner) with the same
 RACE_MAX_ROUNDS = 30
 # Each race window follows this much unmeasured running: a runner measured right after another

@@ -189,3 +189,36 @@ def test_a_window_of_a_microsecond_model_ends_after_enough_inferences(clock):
     slow = infer_with(clock, lambda b: 1e-3)   # 1 ms: the 0.1 s floor ends it first (100 inferences)
     lat, elapsed = profiling.window(slow, {"x": np.zeros((1, 2))}, ProfileSettings())
     assert len(lat) == 100 and elapsed == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("rate, measured, peak", [
+    # still gaining at the largest size (the transformer block's every runner): 5 sizes, not 7
+    ({1: 1e3, 2: 1.6e3, 4: 2.5e3, 8: 3.8e3, 16: 4.6e3, 32: 6.4e3, 64: 7.1e3}, [1, 4, 16, 64, 32], 64),
+    # a peak between the x4 steps (the CNN's onnxruntime runners, at 16 or 32): both neighbours
+    ({1: 1e3, 2: 1.8e3, 4: 3e3, 8: 5e3, 16: 7e3, 32: 8e3, 64: 6e3}, [1, 4, 16, 64, 8, 32], 32),
+    # past the peak already at 16 (not ahead of 4): stops there, then 2 and 8 round the peak
+    ({1: 1e3, 2: 1.5e3, 4: 2e3, 8: 2.4e3, 16: 1.9e3, 32: 1.5e3, 64: 1e3}, [1, 4, 16, 2, 8], 8),
+])
+def test_a_coarse_sweep_steps_x4_then_measures_the_peaks_neighbours(clock, rate, measured, peak):
+    def cost(b):
+        return b / rate[b]
+
+    settings = ProfileSettings(max_batch_size=64, window_s=0.0, window_min_iters=10, max_windows=3, warmup_iters=0,
+                               stop_within_spread=True, coarse=True)
+    out = sweep(infer_with(clock, cost), SAMPLE, 0, settings)
+    assert list(dict.fromkeys(clock.calls)) == measured              # the order the sizes were measured in
+    assert [r["batch_size"] for r in out.results] == sorted(measured)   # reported by batch size
+    assert max(out.results, key=lambda r: r["throughput"])["batch_size"] == peak
+    clock.calls.clear()
+    settings.coarse = False   # the full doubling sweep of the same curve finds the same peak
+    full = sweep(infer_with(clock, cost), SAMPLE, 0, settings)
+    assert max(full.results, key=lambda r: r["throughput"])["batch_size"] == peak
+
+
+@pytest.mark.parametrize("max_batch, grid", [(1, [1]), (2, [1, 2]), (8, [1, 4, 8]), (32, [1, 4, 16, 32]),
+                                             (100, [1, 4, 16, 64])])
+def test_a_coarse_sweep_ends_at_the_largest_power_of_two_allowed(clock, max_batch, grid):
+    settings = ProfileSettings(max_batch_size=max_batch, window_s=0.0, window_min_iters=10, max_windows=3,
+                               warmup_iters=0, coarse=True)
+    out = sweep(infer_with(clock, lambda b: 1e-3), SAMPLE, 0, settings)   # rising x per size: the largest wins
+    assert list(dict.fromkeys(clock.calls))[:len(grid)] == grid
