@@ -68,9 +68,21 @@ class Converter:
     # True when the edge needs the live source object (a torch.nn.Module): it runs
     # in the calling process for a live object, in a worker for file.py:factory.
     needs_live: ClassVar[bool] = False
+    # For an edge that needs the live object: a format of the same parent whose artifact a
+    # registered edge turns into this target without the object, in a worker. When a run with
+    # parallel formats (--jobs > 1) converts that format first (torch_to_onnx: "torch_export"), this
+    # target is made from it in a worker, beside the object's other work in the calling process;
+    # should that fail, from the live object as usual (navigator.pipeline.execute.worker_route).
+    via: ClassVar[str | None] = None
 
     def convert(self, ctx: ConvertContext) -> ConvertOutcome | None:
         raise NotImplementedError
+
+    @classmethod
+    def via_allowed(cls, params: Any) -> bool:
+        """Whether this run's parameters let the target be made from :attr:`via` (a parameter may
+        ask for a capture only the live object gives)."""
+        return True
 
     @classmethod
     def unavailable_reason(cls, device: str) -> str | None:

@@ -23,6 +23,7 @@ BUILTINS = (
     "torch_to_torchscript",
     "torch_to_torch_export",
     "torch_to_onnx",
+    "torch_export_to_onnx",
     "torch_export_to_aoti",
     "torch_precision",
     "onnx_to_onnx_fp16",

@@ -70,6 +70,7 @@ class TorchToOnnx(Converter):
     target = "onnx"
     requires = ("torch", "onnx")
     needs_live = True
+    via = "torch_export"    # a run that exports the program converts it in a worker (torch_export_to_onnx)
     Params = TorchOnnxParams
 
     @classmethod
@@ -86,6 +87,10 @@ class TorchToOnnx(Converter):
             f"                  dynamic_shapes=dynamic_shapes, {names})\n"
             f"# torch.onnx.export(live.module, live.example, {output!r}, dynamo=False,\n"
             f"#                   dynamic_axes={_dynamic_axes(sig)!r}, {names})\n")
+
+    @classmethod
+    def via_allowed(cls, params) -> bool:
+        return tuple(params.strategies[:1]) == ("dynamo",)   # the program is what the dynamo exporter captures
 
     def convert(self, ctx: ConvertContext) -> ConvertOutcome:
         import onnx

@@ -57,7 +57,8 @@ def _run_planned(ctx: RunContext, planned) -> None:
     ref = ctx.config.reference
     if not ref or ref == ctx.source.key:
         if ctx.jobs > 1 and len(planned) > 2:
-            run_parallel(ctx, planned, run_item)
+            run_parallel(ctx, planned, run_item,
+                         waits_for=lambda item: item.converter.via if routable(ctx, item) else None)
             return
         for item in planned:
             run_item(ctx, item)
@@ -159,12 +160,19 @@ def run_item(ctx: RunContext, item, *, convert: bool = True, verify: bool = True
     in_process = item.converter is not None and (
         item.converter.needs_live and ctx.is_live
         or item.converter.__module__ == "__main__")   # a class of the user's script: no worker can import it
+    route = worker_route(ctx, item) if task.convert is not None and in_process else None
+    if route is not None and _convert_via(ctx, item, fs, task, *route):
+        in_process = False
+        task = converted_task(ctx, item, task)
     if task.convert is not None and in_process:
         ctx.status.formats[item.key].isolated = False
         conversion_only = Task.from_dict(task.to_dict())
         conversion_only.runners, conversion_only.profile = [], None
         run_job_in_process(ctx, item.key, [conversion_only])       # the module exists only here
         task = converted_task(ctx, item, task)
+        if route is not None:   # the route from the other format failed first: say so
+            failed = ctx.route_failures.pop(item.key, "")
+            fs.convert.reason = "; ".join(x for x in (failed, fs.convert.reason) if x) or None
         if fs.convert.status != "ok":
             skip_runners(fs, "conversion failed")
             ctx.save()
@@ -181,6 +189,67 @@ def run_item(ctx: RunContext, item, *, convert: bool = True, verify: bool = True
     run_tasks(ctx, item, tasks)
     if item.converter is None and verify and not ctx.ws.reference_files():
         raise_reference_failed(ctx)
+
+
+def routable(ctx: RunContext, item) -> type | None:
+    """The edge that makes ``item`` in a worker from the format its live-object edge names
+    (``Converter.via``), when this run can take that route: a live object, formats in parallel
+    (the route's point: the calling process exports one thing after another, workers run beside
+    it), that format planned from the same parent, the edge's parameters allowing it, and the
+    other edge able to run here. None otherwise."""
+    from navigator.converters.registry import registry
+
+    conv = item.converter
+    if conv is None or not conv.via or not conv.needs_live or not ctx.is_live or ctx.jobs <= 1:
+        return None
+    via = ctx.status.formats.get(conv.via)
+    if via is None or via.parent != item.parent or not conv.via_allowed(conv.params_from_config(ctx.config)):
+        return None
+    fmt = formats.parse_key(conv.via).format
+    edge = next((e for e in registry.edges() if e.source == fmt and e.target == conv.target), None)
+    return edge if edge is not None and cannot_convert_here(ctx, edge) is None else None
+
+
+def worker_route(ctx: RunContext, item) -> tuple[str, type] | None:
+    """(format, edge) to convert ``item`` from in a worker now (:func:`routable`), once that format
+    was converted with dynamic shapes (one frozen to the samples' shapes would freeze this one
+    too, where the live object's own export may not); None: convert from the live object."""
+    edge = routable(ctx, item)
+    via = item.converter.via if edge is not None else None
+    if via is None or ctx.status.formats[via].convert.status != "ok" or via in ctx.static_keys:
+        return None
+    return via, edge
+
+
+def _convert_via(ctx: RunContext, item, fs: FormatStatus, task: Task, via: str, edge: type) -> bool:
+    """Convert ``item`` with ``edge`` from format ``via`` in a worker (:func:`worker_route`); True
+    when it converted. Its reproduce script then names that edge. A failure is kept for the
+    record (``RunContext.route_failures``) and the caller converts from the live object."""
+    import dataclasses
+
+    from navigator.execution.jobs import ConvertSpec
+    from navigator.pipeline.tasks import params_dict
+
+    own = params_dict(edge.params_from_config(ctx.config))
+    main = params_dict(item.converter.params_from_config(ctx.config))   # what the user set for the usual edge
+    params = own | {k: v for k, v in main.items() if k in own and v is not None}
+    attempt = Task.from_dict(task.to_dict())
+    attempt.runners, attempt.profile = [], None
+    attempt.convert = ConvertSpec(converter=edge.import_path(), source=ctx.status.formats[via].path,
+                                  output=fs.path, params=params, device=ctx.device)
+    run_job(ctx, item.key, [attempt], ctx.ws.worker_log(item.key), sys_path_for(edge))
+    if fs.convert.status == "ok":
+        fs.convert.reason = "; ".join(x for x in (f"converted from {via} in a worker", fs.convert.reason) if x)
+        write_reproduce(ctx, dataclasses.replace(item, parent=via, converter=edge), fs, attempt)
+        return True
+    why = f"from {via} in a worker: {fs.convert.status}: {fs.convert.reason}"
+    ctx.route_failures[item.key] = why[:600]
+    ctx.reporter.warn(f"{item.key}: the conversion {why[:300]}; exporting it from the live module instead")
+    log.warning("%s: the conversion %s; exporting it from the live module instead", item.key, why)
+    fs.convert = ConvertStep(inputs_sha256=fs.convert.inputs_sha256)
+    ctx.converted.discard(item.key)
+    ctx.save()
+    return False
 
 
 def _deferred(ctx: RunContext, fs: FormatStatus, task: Task | None) -> Task | None:

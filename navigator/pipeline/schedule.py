@@ -84,10 +84,12 @@ def job_count(requested: int | None, *, explicit_memory_gb: float | None, size_b
     return max(1, n)
 
 
-def run_parallel(ctx: RunContext, planned, run_item) -> None:
+def run_parallel(ctx: RunContext, planned, run_item, waits_for=lambda item: None) -> None:
     """``run_item(ctx, item)`` for every planned format, up to ``ctx.jobs`` at once, parents
     first (module docstring). The source's children start as soon as the reference outputs are
     stored: the source's own verification (a torch.compile compile) overlaps their conversion.
+    ``waits_for(item)``: a format whose conversion ``item`` also waits for (one a live module's
+    edge converts from in a worker, ``Converter.via``); such an item needs the module no more.
     Returns when all ended; re-raises the first error after stopping the others."""
     ctx.lock, ctx.cancel = threading.Lock(), threading.Event()
     ctx.reference_ready, ctx.gate, ctx.in_process = threading.Event(), threading.Condition(), threading.Lock()
@@ -107,15 +109,21 @@ def run_parallel(ctx: RunContext, planned, run_item) -> None:
     # (in this process too: they trace the module), and its own verification (a torch.compile
     # compile) once they are converted -- beside its children's verification in workers.
     live_source = pending[0] if pending and ctx.is_live and pending[0].converter is None else None
-    children = [p for p in pending if live_source is not None and p.parent == live_source.key]
+    children = [p for p in pending if live_source is not None and p.parent == live_source.key and not waits_for(p)]
 
     def ready(item) -> bool:
+        other = waits_for(item)
+        if other is not None and other not in done and other not in ctx.converted:
+            return False
         if item.parent in done or item.parent is None and source in done:
             return True
         return item.parent == source and ctx.reference_ready.is_set()
 
+    # a thread more for a live source's verification: it runs in this process, beside ctx.jobs format
+    # threads (whose in-process conversions it waits for, RunContext.in_process), not after one of them
+    threads = ctx.jobs + (1 if live_source is not None else 0)
     try:
-        with ThreadPoolExecutor(max_workers=ctx.jobs, thread_name_prefix="navigator-format") as pool:
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="navigator-format") as pool:
             try:
                 _schedule(ctx, pool, one, pending, done, ready, live_source, children)
             except BaseException:   # Ctrl-C wherever it lands, or an error: stop every worker first,
@@ -134,11 +142,13 @@ def _schedule(ctx: RunContext, pool, one, pending: list, done: set, ready, live_
             done.update(f.result() for f in finished)
     else:
         running = {pool.submit(one, pending.pop(0))} if pending else set()
+    verifying = None   # the live source's verification: not one of the ctx.jobs format slots (run_parallel)
     while pending or running or live_source is not None:
         if live_source is not None and all(c.key in done or c.key in ctx.converted for c in children):
-            running.add(pool.submit(one, live_source, convert=False))
+            verifying = pool.submit(one, live_source, convert=False)
+            running.add(verifying)
             live_source = None
-        for item in [p for p in pending if ready(p)][:max(0, ctx.jobs - len(running))]:
+        for item in [p for p in pending if ready(p)][:max(0, ctx.jobs - len(running - {verifying}))]:
             pending.remove(item)
             running.add(pool.submit(one, item))
         if not running:   # a parent that was never planned: run the rest in order

@@ -29,6 +29,19 @@ class Segfault(_Onnx):
         os.kill(os.getpid(), signal.SIGSEGV)
 
 
+class ProgramToOnnxCrash(Converter):
+    """An ExportedProgram -> ONNX edge whose worker dies with SIGSEGV, as a native crash in the
+    exporter would; registered, it wins over the built-in torch_export_to_onnx."""
+
+    name = "test_program_to_onnx_crash"
+    source = "torch_export"
+    target = "onnx"
+    requires = ("torch",)
+
+    def convert(self, ctx):
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+
 class Hang(_Onnx):
     """Loops forever: the per-stage timeout must kill it."""
 

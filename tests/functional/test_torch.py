@@ -276,6 +276,69 @@ def test_model_files_as_sources(tmp_path, kind):
     assert (result.workspace / "formats" / "torch" / path.name.replace("cnn", "model")).is_file()
 
 
+def _small_cnn():
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        from cnn import small_cnn
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    return small_cnn()
+
+
+def test_a_live_modules_onnx_is_made_from_its_exported_program_in_a_worker(tmp_path):
+    """Formats in parallel with torch_export in the run: the ONNX graph is translated from the saved
+    ExportedProgram in a worker (torch_export_to_onnx), not exported a third time in the calling
+    process -- isolated, its reason says so, its dims keep the run's names, reproduce.sh rebuilds it
+    from the .pt2 alone, and it is verified like the rest. With --jobs 1 the module's own export."""
+    import onnx
+
+    import navigator
+
+    x = [torch.rand(4, 3, 16, 16) for _ in range(2)]
+    run = dict(targets=["torch_export", "onnx"], no_profile=True, device="cpu",
+               runners=["torch", "torch_export", "onnxruntime"])
+    result = navigator.convert(_small_cnn(), x, workdir=tmp_path / "par", jobs=2, **run)
+    assert result.ok, result.failures
+    fs = result.status.formats["onnx"]
+    assert fs.isolated is True and fs.parent == "torch"
+    assert fs.convert.exporter == "dynamo (from the ExportedProgram)"
+    assert fs.convert.reason == "converted from torch_export in a worker"
+    assert fs.runners["onnxruntime-cpu"].verify.status == "ok"
+    ws = result.workspace
+    art = ws / "formats" / "onnx" / "model.onnx"
+    dims = [d.dim_param or d.dim_value for d in onnx.load(str(art)).graph.input[0].type.tensor_type.shape.dim]
+    assert dims == ["d0_0", 3, 16, 16]
+    script = (ws / "formats" / "onnx" / "reproduce.sh").read_text()
+    assert "navigator.converters.torch_export_to_onnx" in script and "formats/torch_export/model.pt2" in script
+    art.unlink()
+    p = subprocess.run(["bash", str(ws / "formats" / "onnx" / "reproduce.sh")], capture_output=True, text=True,
+                       env={"PATH": f"{sys.executable.rsplit('/', 1)[0]}:/usr/bin:/bin"})
+    assert p.returncode == 0, p.stderr
+    assert art.is_file()
+    seq = navigator.convert(_small_cnn(), x, workdir=tmp_path / "seq", jobs=1, **run).status.formats["onnx"]
+    assert seq.isolated is False and seq.convert.exporter == "dynamo" and seq.convert.reason is None
+
+
+def test_a_failed_conversion_from_the_exported_program_falls_back_to_the_module(tmp_path):
+    """The worker of the route dies (SIGSEGV, as a native crash in the exporter would: a registered
+    edge for torch_export -> onnx that crashes wins over the built-in one): the module is exported in
+    the calling process as usual, and the record keeps why the route failed."""
+    import navigator
+
+    from . import plugin_converters as plugins
+
+    x = [torch.rand(4, 3, 16, 16) for _ in range(2)]
+    with plugins.registered(plugins.ProgramToOnnxCrash):
+        result = navigator.convert(_small_cnn(), x, workdir=tmp_path, jobs=2, targets=["torch_export", "onnx"],
+                                   no_profile=True, device="cpu", runners=["torch", "torch_export", "onnxruntime"])
+    assert result.ok, result.failures
+    fs = result.status.formats["onnx"]
+    assert fs.isolated is False and fs.convert.status == "ok" and fs.convert.exporter == "dynamo"
+    assert fs.convert.reason.startswith("from torch_export in a worker: failed: ") and "SIGSEGV" in fs.convert.reason
+    assert fs.runners["onnxruntime-cpu"].verify.status == "ok"
+    assert "navigator.converters.torch_to_onnx" in (result.workspace / "formats" / "onnx" / "reproduce.sh").read_text()
+
+
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_a_live_module_is_measured_on_the_calling_thread(tmp_path, jobs):
     """A live module's profile runs on the thread that called navigator.convert, once the thread
