@@ -93,7 +93,9 @@ class Reporter:
         if result.get("reason"):   # why it failed or was skipped; for an ok step: reused, a fallback taken
             line += f": {str(result['reason'])[:300]}"
         if stage == "profile" and status == "ok" and result.get("results"):
-            peak = max(result["results"], key=lambda r: r["throughput"])
+            from navigator.workspace.status import peak_of
+
+            peak = peak_of(result["results"], lambda r: r.get("raced"), lambda r: r["throughput"])
             line += f": {peak['throughput']:.1f}/s at batch {peak['batch_size']}"
         self._print(line, {"ok": None, "failed": "red", "skipped": "yellow", "inconclusive": "yellow"}.get(status))
 

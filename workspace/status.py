@@ -99,6 +99,15 @@ class ProfileResult(Record):
     latency_ms: dict[str, float] = field(default_factory=dict)
     spread: float | None = None        # (max - min) / mean throughput of the last windows: measurement noise
     io: str | None = None              # "host": numpy in and out, copies timed; "device": tensors stay on the GPU
+    # (v2, optional) True: this figure comes from the interleaved race (its profile's phase: race) and is
+    # the profile's peak, whatever the screening measured at other batch sizes at another moment
+    raced: bool | None = None
+
+
+def peak_of(results, raced, throughput):
+    """:meth:`ProfileStep.peak` for results of any shape (records or event dicts)."""
+    chosen = [r for r in results if raced(r)]
+    return chosen[0] if chosen else max(results, key=throughput, default=None)
 
 
 @dataclass
@@ -117,7 +126,10 @@ class ProfileStep(Record):
     _nested: ClassVar = {"results": (ProfileResult, "list")}
 
     def peak(self) -> ProfileResult | None:
-        return max(self.results, key=lambda r: r.throughput, default=None)
+        """The raced figure when there is one (the race measured the contenders side by side; a
+        screening figure at another batch size was measured alone, earlier, in shorter windows),
+        else the highest throughput."""
+        return peak_of(self.results, lambda r: r.raced, lambda r: r.throughput)
 
 
 @dataclass

@@ -142,7 +142,7 @@ def _race_record(entry: _Entry, result: racing.RaceResult) -> dict:
     last = e.windows[-racing.RACE_LAST:]
     figure = {"batch_size": e.batch_size, "throughput": round(thr, 3),
               "latency_ms": percentiles([x for w in last for x in w.latencies]),
-              "spread": round(spread, 4) if spread is not None else None, "io": entry.io}
+              "spread": round(spread, 4) if spread is not None else None, "io": entry.io, "raced": True}
     record = dict(entry.record)
     record["results"] = [figure if r["batch_size"] == e.batch_size else r for r in record["results"]]
     record["phase"] = "race"

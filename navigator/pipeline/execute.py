@@ -57,8 +57,8 @@ def _run_planned(ctx: RunContext, planned) -> None:
     ref = ctx.config.reference
     if not ref or ref == ctx.source.key:
         if ctx.jobs > 1 and len(planned) > 2:
-            run_parallel(ctx, planned, run_item,
-                         waits_for=lambda item: item.converter.via if routable(ctx, item) else None)
+            via = {p.key: p.converter.via for p in planned if routable(ctx, p)}
+            run_parallel(ctx, planned, run_item, waits_for=lambda item: via.get(item.key))
             return
         for item in planned:
             run_item(ctx, item)

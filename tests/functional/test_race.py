@@ -26,6 +26,9 @@ def test_every_verified_runner_is_screened_and_best_says_how_sure_it_is(tmp_path
     assert len(raced) != 1                 # a race has at least two contenders, or there was none
     for p in profiles.values():
         assert all(r.spread is not None for r in p.results)
+        # a raced profile marks its one race figure, which is its peak; a screened one marks none
+        marked = [r for r in p.results if r.raced]
+        assert len(marked) == (p.phase == "race") and (not marked or p.peak() is marked[0])
     best = result.best
     assert best.basis == "profile" and best.runner_up is not None
     assert best.runner_up.key != best.key and isinstance(best.separated, bool) and best.margin >= 1.0

@@ -84,6 +84,26 @@ def test_a_lone_candidate_has_no_runner_up():
     assert best.runner_up is None and best.separated is None and best.margin is None and best.trusted
 
 
+def test_a_raced_figure_is_the_profiles_peak_and_best():
+    """The race measured the contenders side by side at their screening peaks; a screening figure
+    of the winner at another batch size (measured alone, earlier, in shorter windows) read higher.
+    The raced figure is the profile's peak, best's figure and batch, and the gate's: the screening
+    figure beside it is kept, not used. Without a race the peak is the highest figure."""
+    from navigator.tools.gate.evaluate import best_throughput
+
+    winner = _runner([(16, 70_000.0, 0.02), (32, 74_000.0, 0.05)])
+    winner.profile.phase, winner.profile.results[0].raced = "race", True
+    other = _runner([(16, 69_500.0, 0.02)])
+    other.profile.phase, other.profile.results[0].raced = "race", True
+    assert winner.profile.peak().batch_size == 16
+    best = select_best(_status(onnx=winner, onnx_optimized=other), no_profile=False)
+    assert (best.key, best.batch_size, best.throughput) == ("onnx", 16, 70_000.0)
+    assert best.separated is False and best.runner_up.key == "onnx-optimized"
+    assert best_throughput(_status(onnx=winner).formats["onnx"])[1].throughput == 70_000.0
+    assert best_throughput(_status(onnx=winner).formats["onnx"], 32)[1].throughput == 74_000.0
+    assert _runner([(16, 70_000.0, 0.02), (32, 74_000.0, 0.05)]).profile.peak().batch_size == 32
+
+
 # --------------------------------------------------------------------------- gate
 def _policy(rule=None):
     data = {"require_formats": ["onnx"]}

@@ -93,12 +93,14 @@ def _why_not_profiled(fs) -> str:
 
 
 def best_throughput(fs, batch_size: int | None = None) -> tuple[str, Any] | None:
-    """(runner key, ProfileResult) with the highest throughput, over every batch size or at one."""
+    """(runner key, ProfileResult) with the highest throughput at one batch size, or over every
+    runner's peak (a raced profile's peak is its race figure: ProfileStep.peak)."""
     found = []
     for rk, prof in _profiled(fs):
-        for r in prof.results:
-            if batch_size is None or r.batch_size == batch_size:
-                found.append((rk, r))
+        if batch_size is None:
+            found.append((rk, prof.peak()))
+            continue
+        found.extend((rk, r) for r in prof.results if r.batch_size == batch_size)
     return max(found, key=lambda x: x[1].throughput, default=None)
 
 

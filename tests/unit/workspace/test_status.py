@@ -84,7 +84,8 @@ def full_status() -> Status:
                             status="ok", duration_s=4.5, stable=True, log="formats/onnx/profile.log", phase="race",
                             results=[
                                 ProfileResult(1, 2100.5, {"p50": 0.47, "p90": 0.5, "p95": 0.52, "p99": 0.6}),
-                                ProfileResult(8, 5400.25, {"p50": 1.4, "p90": 1.5, "p95": 1.6, "p99": 2.0}),
+                                ProfileResult(8, 5400.25, {"p50": 1.4, "p90": 1.5, "p95": 1.6, "p99": 2.0},
+                                              raced=True),
                             ],
                         ),
                     ),
