@@ -4,10 +4,12 @@ runs first and the reference comes from it)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
 from navigator import deps, formats
+from navigator._version import __version__
 from navigator.errors import UserInputError
 from navigator.execution.jobs import RunnerTask, Task
 from navigator.pipeline import progress, resume
@@ -117,6 +119,7 @@ def run_item(ctx: RunContext, item, *, convert: bool = True, verify: bool = True
     if not convert:
         run_tasks(ctx, item, [_deferred(ctx, fs, converted_task(ctx, item, format_task(ctx, item, fs)))])
         return
+    route = None
     if item.converter is None:
         export_source(ctx, item, fs)
         if fs.convert.status != "ok":
@@ -139,6 +142,13 @@ def run_item(ctx: RunContext, item, *, convert: bool = True, verify: bool = True
             ctx.reporter.step_end(item.key, "convert", None, fs.convert.to_dict())
             return
         fs.convert.inputs_sha256 = resume.convert_hash(ctx, item)
+        route = worker_route(ctx, item)
+        if route is not None:   # made from that format: resumed while it and the edge are unchanged
+            routed = _routed_task(ctx, item, fs, *route)
+            fs.convert.inputs_sha256 = resume.step_hash(
+                st.formats[route[0]].convert.inputs_sha256, route[1].name, routed.convert.params,
+                {m: deps.version(m) for m in route[1].requires}, __version__)
+            write_reproduce(ctx, dataclasses.replace(item, parent=route[0], converter=route[1]), fs, routed)
     if not fs.runners:
         log.info("%s: no runner for format %s on %s", item.key, fs.format, ctx.device)
     task = format_task(ctx, item, fs)
@@ -160,7 +170,7 @@ def run_item(ctx: RunContext, item, *, convert: bool = True, verify: bool = True
     in_process = item.converter is not None and (
         item.converter.needs_live and ctx.is_live
         or item.converter.__module__ == "__main__")   # a class of the user's script: no worker can import it
-    route = worker_route(ctx, item) if task.convert is not None and in_process else None
+    route = route if task.convert is not None and in_process else None
     if route is not None and _convert_via(ctx, item, fs, task, *route):
         in_process = False
         task = converted_task(ctx, item, task)
@@ -200,7 +210,8 @@ def routable(ctx: RunContext, item) -> type | None:
     from navigator.converters.registry import registry
 
     conv = item.converter
-    if conv is None or not conv.via or not conv.needs_live or not ctx.is_live or ctx.jobs <= 1:
+    # its own via only: a subclass that exports otherwise (its convert) must not be bypassed
+    if conv is None or not vars(conv).get("via") or not conv.needs_live or not ctx.is_live or ctx.jobs <= 1:
         return None
     via = ctx.status.formats.get(conv.via)
     if via is None or via.parent != item.parent or not conv.via_allowed(conv.params_from_config(ctx.config)):
@@ -221,32 +232,36 @@ def worker_route(ctx: RunContext, item) -> tuple[str, type] | None:
     return via, edge
 
 
-def _convert_via(ctx: RunContext, item, fs: FormatStatus, task: Task, via: str, edge: type) -> bool:
-    """Convert ``item`` with ``edge`` from format ``via`` in a worker (:func:`worker_route`); True
-    when it converted. Its reproduce script then names that edge. A failure is kept for the
-    record (``RunContext.route_failures``) and the caller converts from the live object."""
-    import dataclasses
-
+def _routed_task(ctx: RunContext, item, fs: FormatStatus, via: str, edge: type) -> Task:
+    """The conversion-only task that makes ``item`` with ``edge`` from format ``via``; the route
+    edge's parameters, with those the user set for the usual edge where both have them."""
     from navigator.execution.jobs import ConvertSpec
     from navigator.pipeline.tasks import params_dict
 
     own = params_dict(edge.params_from_config(ctx.config))
-    main = params_dict(item.converter.params_from_config(ctx.config))   # what the user set for the usual edge
-    params = own | {k: v for k, v in main.items() if k in own and v is not None}
-    attempt = Task.from_dict(task.to_dict())
-    attempt.runners, attempt.profile = [], None
-    attempt.convert = ConvertSpec(converter=edge.import_path(), source=ctx.status.formats[via].path,
-                                  output=fs.path, params=params, device=ctx.device)
-    run_job(ctx, item.key, [attempt], ctx.ws.worker_log(item.key), sys_path_for(edge))
+    main = params_dict(item.converter.params_from_config(ctx.config))
+    task = format_task(ctx, item, fs)
+    task.runners, task.profile = [], None
+    task.convert = ConvertSpec(converter=edge.import_path(), source=ctx.status.formats[via].path, output=fs.path,
+                               params=own | {k: v for k, v in main.items() if k in own and v is not None},
+                               device=ctx.device)
+    return task
+
+
+def _convert_via(ctx: RunContext, item, fs: FormatStatus, task: Task, via: str, edge: type) -> bool:
+    """Convert ``item`` with ``edge`` from format ``via`` in a worker (:func:`worker_route`); True
+    when it converted. A failure is kept for the record (``RunContext.route_failures``), the usual
+    edge's hash and reproduce script come back, and the caller converts from the live object."""
+    run_job(ctx, item.key, [_routed_task(ctx, item, fs, via, edge)], ctx.ws.worker_log(item.key), sys_path_for(edge))
     if fs.convert.status == "ok":
         fs.convert.reason = "; ".join(x for x in (f"converted from {via} in a worker", fs.convert.reason) if x)
-        write_reproduce(ctx, dataclasses.replace(item, parent=via, converter=edge), fs, attempt)
         return True
     why = f"from {via} in a worker: {fs.convert.status}: {fs.convert.reason}"
     ctx.route_failures[item.key] = why[:600]
     ctx.reporter.warn(f"{item.key}: the conversion {why[:300]}; exporting it from the live module instead")
     log.warning("%s: the conversion %s; exporting it from the live module instead", item.key, why)
-    fs.convert = ConvertStep(inputs_sha256=fs.convert.inputs_sha256)
+    fs.convert = ConvertStep(inputs_sha256=resume.convert_hash(ctx, item))
+    write_reproduce(ctx, item, fs, task)
     ctx.converted.discard(item.key)
     ctx.save()
     return False

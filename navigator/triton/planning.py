@@ -16,6 +16,7 @@ from navigator.errors import UserInputError
 from navigator.triton import backends, config as cfg_mod, python_backend
 from navigator.triton.config import ModelPlan, TensorPlan, Warmup
 from navigator.triton.options import TritonOptions
+from navigator.workspace.status import peak_of
 
 log = logging.getLogger("navigator.triton.repository")
 
@@ -166,7 +167,7 @@ def _preferred(fs, kind: str, max_batch_size: int) -> tuple[list[int], str]:
         return [], (f"the profile of {best.runner} measured batch size{'s' if len(sizes) != 1 else ''} "
                     f"{', '.join(map(str, sizes)) or 'none'} only (at least {_MIN_SIZES} are needed to find an "
                     "optimum)")
-    peak = max(results, key=lambda r: r.throughput)
+    peak = peak_of(results, lambda r: r.raced, lambda r: r.throughput)   # a raced figure is the peak
     if peak.batch_size == sizes[0]:
         return [], (f"throughput peaks at the smallest size measured, {peak.batch_size} (a preferred size there "
                     "would stop batching)")

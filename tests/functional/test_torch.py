@@ -317,6 +317,8 @@ def test_a_live_modules_onnx_is_made_from_its_exported_program_in_a_worker(tmp_p
     assert art.is_file()
     seq = navigator.convert(_small_cnn(), x, workdir=tmp_path / "seq", jobs=1, **run).status.formats["onnx"]
     assert seq.isolated is False and seq.convert.exporter == "dynamo" and seq.convert.reason is None
+    # what the ONNX was made from is in its hash: the program and the route's edge, not the module's export
+    assert fs.convert.inputs_sha256 != seq.convert.inputs_sha256
 
 
 def test_a_failed_conversion_from_the_exported_program_falls_back_to_the_module(tmp_path):

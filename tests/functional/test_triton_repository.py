@@ -300,6 +300,8 @@ def test_bad_serving_input_is_exit_2_with_one_line(classifier, tmp_path, cli, ar
 @pytest.mark.parametrize("profile, preferred, why", [
     # a real optimum: the peak at 4, the larger size 8 measurably lower
     ([(1, 100, 0.02), (2, 180, 0.02), (4, 300, 0.02), (8, 240, 0.03)], [4], None),
+    # a raced figure is the peak: batch 2's screening figure read more, alone and earlier
+    ([(1, 100, 0.02), (2, 310, 0.02), (4, 300, 0.02, "raced"), (8, 240, 0.03)], [4], None),
     # the cases that must leave it out (a short profile that only reached batch 1 once gave
     # preferred_batch_size: 1, which ran 16 requests as 16 batches of 1)
     ([(1, 100, 0.02)], [], "measured batch size 1 only"),
@@ -315,7 +317,8 @@ def test_preferred_batch_sizes_only_from_a_real_optimum(classifier, tmp_path, pr
     st = status_mod.load(ws / "status.yaml")
     runner = next(iter(st.formats["onnx"].runners.values()))
     runner.profile = ProfileStep(status="ok", stable=True, results=[
-        ProfileResult(batch_size=b, throughput=float(t), spread=spread) for b, t, spread in profile])
+        ProfileResult(batch_size=b, throughput=float(t), spread=spread, raced=bool(raced) or None)
+        for b, t, spread, *raced in profile])
     status_mod.save(st, ws / "status.yaml")
     result = emit(ws, {"repo": tmp_path / "repo", "formats": "onnx"})
     cfg = _parse(result.models[0].path / "config.pbtxt")
