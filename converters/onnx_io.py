@@ -39,6 +39,14 @@ def save_onnx(model, path: str | os.PathLike) -> None:
         onnx.save_model(model, str(path))
 
 
+def remove_onnx(path: Path) -> None:
+    """Delete an ONNX file and the ``<name>.data`` external data beside it, where they exist (an
+    earlier attempt's leftovers must not be read as this one's)."""
+    for leftover in (path, path.with_name(path.name + ".data")):
+        if leftover.exists():
+            os.unlink(leftover)
+
+
 def external_tensors(model) -> list:
     """Every tensor of ``model`` (initializers, attributes, subgraphs) stored as external data."""
     import onnx

@@ -10,11 +10,10 @@ the run gave them (dynamo names them ``s0``, ``s1``, ... otherwise)."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from navigator.converters.base import Converter, ConvertContext, ConvertOutcome, main
-from navigator.converters.onnx_io import TWO_GB
+from navigator.converters.onnx_io import TWO_GB, remove_onnx
 from navigator.converters.registry import register
 
 
@@ -75,9 +74,7 @@ class TorchExportToOnnx(Converter):
         kwargs = dict(input_names=ctx.signature.input_names, output_names=ctx.signature.output_names)
         if ctx.params.opset:
             kwargs["opset_version"] = ctx.params.opset
-        for leftover in (ctx.output, ctx.output.with_name(ctx.output.name + ".data")):
-            if leftover.exists():
-                os.unlink(leftover)
+        remove_onnx(ctx.output)
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(ep, (), str(ctx.output), dynamo=True, external_data=big, verbose=False, **kwargs)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from navigator.converters.base import Converter, ConvertContext, ConvertOutcome, main
-from navigator.converters.onnx_io import TWO_GB
+from navigator.converters.onnx_io import TWO_GB, remove_onnx
 from navigator.converters.registry import register
 
 
@@ -97,9 +96,7 @@ class TorchToOnnx(Converter):
 
         attempts: list[Attempt] = []
         for strategy in ctx.params.strategies:
-            for leftover in (ctx.output, ctx.output.with_name(ctx.output.name + ".data")):
-                if leftover.exists():
-                    os.unlink(leftover)
+            remove_onnx(ctx.output)
             try:
                 _export(strategy, ctx, ctx.params)
                 onnx.checker.check_model(str(ctx.output))

@@ -58,7 +58,6 @@ class RunContext:
     gate: Any = None                 # a threading.Condition: measurements in this process vs workers
     in_process: Any = None           # a threading.Lock: one in-process job at a time (torch tracing is global)
     converted: set = field(default_factory=set)   # formats whose convert step ended (any status)
-    route_failures: dict = field(default_factory=dict)   # key -> why its conversion in a worker failed (Converter.via)
     open_steps: dict = field(default_factory=dict)  # (key, stage, runner) -> monotonic start (progress)
     workers_running: int = 0
     measuring: bool = False

@@ -9,7 +9,6 @@ import logging
 import time
 
 from navigator import deps, formats
-from navigator._version import __version__
 from navigator.errors import UserInputError
 from navigator.execution.jobs import RunnerTask, Task
 from navigator.pipeline import progress, resume
@@ -143,12 +142,13 @@ def run_item(ctx: RunContext, item, *, convert: bool = True, verify: bool = True
             return
         fs.convert.inputs_sha256 = resume.convert_hash(ctx, item)
         route = worker_route(ctx, item)
-        if route is not None:   # made from that format: resumed while it and the edge are unchanged
-            routed = _routed_task(ctx, item, fs, *route)
-            fs.convert.inputs_sha256 = resume.step_hash(
-                st.formats[route[0]].convert.inputs_sha256, route[1].name, routed.convert.params,
-                {m: deps.version(m) for m in route[1].requires}, __version__)
-            write_reproduce(ctx, dataclasses.replace(item, parent=route[0], converter=route[1]), fs, routed)
+        if route is not None:   # made from that format: its hash and reproduce script are the route's
+            via, edge = route
+            routed = _routed_task(ctx, item, fs, via, edge)
+            route = via, edge, routed
+            routed_item = dataclasses.replace(item, parent=via, converter=edge)
+            fs.convert.inputs_sha256 = resume.convert_hash(ctx, routed_item, routed.convert.params)
+            write_reproduce(ctx, routed_item, fs, routed)
     if not fs.runners:
         log.info("%s: no runner for format %s on %s", item.key, fs.format, ctx.device)
     task = format_task(ctx, item, fs)
@@ -171,7 +171,8 @@ def run_item(ctx: RunContext, item, *, convert: bool = True, verify: bool = True
         item.converter.needs_live and ctx.is_live
         or item.converter.__module__ == "__main__")   # a class of the user's script: no worker can import it
     route = route if task.convert is not None and in_process else None
-    if route is not None and _convert_via(ctx, item, fs, task, *route):
+    route_failed = _convert_via(ctx, item, fs, task, *route) if route is not None else None
+    if route is not None and route_failed is None:
         in_process = False
         task = converted_task(ctx, item, task)
     if task.convert is not None and in_process:
@@ -180,9 +181,8 @@ def run_item(ctx: RunContext, item, *, convert: bool = True, verify: bool = True
         conversion_only.runners, conversion_only.profile = [], None
         run_job_in_process(ctx, item.key, [conversion_only])       # the module exists only here
         task = converted_task(ctx, item, task)
-        if route is not None:   # the route from the other format failed first: say so
-            failed = ctx.route_failures.pop(item.key, "")
-            fs.convert.reason = "; ".join(x for x in (failed, fs.convert.reason) if x) or None
+        if route_failed:   # the route from the other format failed first: say so
+            fs.convert.reason = "; ".join(x for x in (route_failed, fs.convert.reason) if x)
         if fs.convert.status != "ok":
             skip_runners(fs, "conversion failed")
             ctx.save()
@@ -248,23 +248,23 @@ def _routed_task(ctx: RunContext, item, fs: FormatStatus, via: str, edge: type) 
     return task
 
 
-def _convert_via(ctx: RunContext, item, fs: FormatStatus, task: Task, via: str, edge: type) -> bool:
-    """Convert ``item`` with ``edge`` from format ``via`` in a worker (:func:`worker_route`); True
-    when it converted. A failure is kept for the record (``RunContext.route_failures``), the usual
-    edge's hash and reproduce script come back, and the caller converts from the live object."""
-    run_job(ctx, item.key, [_routed_task(ctx, item, fs, via, edge)], ctx.ws.worker_log(item.key), sys_path_for(edge))
+def _convert_via(ctx: RunContext, item, fs: FormatStatus, task: Task, via: str, edge: type,
+                 routed: Task) -> str | None:
+    """Run ``routed`` (:func:`_routed_task`: ``item`` made with ``edge`` from format ``via``) in a
+    worker; None when it converted, else why not -- the usual edge's hash and reproduce script come
+    back, and the caller converts from the live object with ``task``, keeping that reason."""
+    run_job(ctx, item.key, [routed], ctx.ws.worker_log(item.key), sys_path_for(edge))
     if fs.convert.status == "ok":
         fs.convert.reason = "; ".join(x for x in (f"converted from {via} in a worker", fs.convert.reason) if x)
-        return True
+        return None
     why = f"from {via} in a worker: {fs.convert.status}: {fs.convert.reason}"
-    ctx.route_failures[item.key] = why[:600]
     ctx.reporter.warn(f"{item.key}: the conversion {why[:300]}; exporting it from the live module instead")
     log.warning("%s: the conversion %s; exporting it from the live module instead", item.key, why)
     fs.convert = ConvertStep(inputs_sha256=resume.convert_hash(ctx, item))
     write_reproduce(ctx, item, fs, task)
     ctx.converted.discard(item.key)
     ctx.save()
-    return False
+    return why[:600]
 
 
 def _deferred(ctx: RunContext, fs: FormatStatus, task: Task | None) -> Task | None:

@@ -65,15 +65,19 @@ def resumable(prep: Prepared, config: NavigatorConfig) -> Status | None:
     return old if same else None
 
 
-def convert_hash(ctx: RunContext, item) -> str:
+def convert_hash(ctx: RunContext, item, params: dict | None = None) -> str:
+    """What ``item``'s conversion depends on: its parent's hash, the edge, its parameters (``params``,
+    else the run's for that edge), the packages it needs and Navigator's version."""
     from navigator._version import __version__
 
     if item.converter is None:
         return ctx.status.model.sha256 or step_hash("live", ctx.source.key)
     conv = item.converter
     parent = ctx.status.formats[item.parent]
-    return step_hash(parent.convert.inputs_sha256, conv.name, params_dict(conv.params_from_config(ctx.config)),
-                     {m: deps.version(m) for m in conv.requires}, __version__)
+    if params is None:
+        params = params_dict(conv.params_from_config(ctx.config))
+    return step_hash(parent.convert.inputs_sha256, conv.name, params, {m: deps.version(m) for m in conv.requires},
+                     __version__)
 
 
 def _outputs_unchanged(ctx: RunContext, key: str, runner_key: str, recorded: str | None) -> bool:
