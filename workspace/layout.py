@@ -191,6 +191,22 @@ class Workspace:
         """stdout/stderr of the race worker, which profiles every format (navigator.execution.race_job)."""
         return self.jobs_dir / "race.log"
 
+    @property
+    def race_wake(self) -> Path:
+        """A FIFO through which the calling process wakes the race worker once it has written a
+        window the worker asked for to :attr:`race_reply` (navigator.execution.race_job)."""
+        return self.jobs_dir / "race.wake"
+
+    @property
+    def race_ask(self) -> Path:
+        """A FIFO through which the race worker wakes the calling process when it asks for a
+        window (the parent otherwise reads the worker's events every 50 ms)."""
+        return self.jobs_dir / "race.ask"
+
+    @property
+    def race_reply(self) -> Path:
+        return self.jobs_dir / "race.reply.json"
+
     def stale_partial_files(self) -> list[Path]:
         """Files that a writer killed mid-write left behind: the hidden temp files of atomic writes
         (``.<name>.<random>.tmp``, navigator.workspace.atomic) and copies in progress (``<name>.part``),

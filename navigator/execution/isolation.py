@@ -173,7 +173,7 @@ def _describe_exit(code: int) -> str:
 class EventTail:
     """The events a job has appended to its JSONL file since the last call, whole lines
     only (a line still being written waits for the next call). It also tracks the open
-    stage: the last ``start`` event not yet followed by another event."""
+    stage: the last ``start`` event not yet followed by an ``end``."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -193,9 +193,23 @@ class EventTail:
         for event in events:
             if event.event == "start":
                 self.open_stage, self.stage_start = event, time.monotonic()
-            else:
+            elif event.event == "end":   # not a request within the stage (the race's "window")
                 self.open_stage = None
         return events
+
+
+def _pause(wake_fd: int | None) -> None:
+    """:data:`POLL_S`, or less when the worker writes to ``wake_fd`` meanwhile (drained)."""
+    if wake_fd is None:
+        time.sleep(POLL_S)
+        return
+    import select
+
+    if select.select([wake_fd], [], [], POLL_S)[0]:
+        try:
+            os.read(wake_fd, 4096)
+        except BlockingIOError:
+            pass
 
 
 def python_command(*args: str) -> list[str]:
@@ -222,14 +236,18 @@ def _start(job_path: Path, log_path: Path, env: dict, forkserver, cancel):
 
 def run_worker(job: Job, job_path: Path, log_path: Path, *, stage_timeout_s: float,
                on_event: Callable[[Event], None] | None = None, env: dict | None = None,
-               memory_limit_gb: float | None = None, cancel=None, forkserver=None) -> WorkerOutcome:
+               memory_limit_gb: float | None = None, cancel=None, forkserver=None,
+               wake_fd: int | None = None) -> WorkerOutcome:
     """Run one job in a worker, calling ``on_event`` for each event as it comes.
     ``memory_limit_gb``: kill the worker when its unreclaimable memory (with its
     descendants') exceeds it; None or 0: no limit. ``cancel`` (a threading.Event): when
     set, the worker is stopped and KeyboardInterrupt raised, as on Ctrl-C -- how a run
     watching several workers from threads stops them all (navigator.pipeline.schedule).
     ``forkserver``: the run's :class:`~navigator.execution.forkserver.ForkServer`, whose child
-    runs the job (a warm worker); a fresh interpreter when None or when the server is gone."""
+    runs the job (a warm worker); a fresh interpreter when None or when the server is gone.
+    ``wake_fd``: a FIFO's read end the worker writes a byte to right after an event that waits
+    for an answer (the race's ``window``): the loop reads events at once instead of at its next
+    poll."""
     events_path = Path(job.events)
     events_path.parent.mkdir(parents=True, exist_ok=True)
     events_path.write_text("")
@@ -281,7 +299,7 @@ def run_worker(job: Job, job_path: Path, log_path: Path, *, stage_timeout_s: flo
                 break
             if cancel is not None and cancel.is_set():
                 raise KeyboardInterrupt
-            time.sleep(POLL_S)
+            _pause(wake_fd)
     except BaseException:
         stop_group(proc, grace_s=3.0)  # Ctrl-C or an error in the parent: never leave a worker behind
         raise

@@ -117,6 +117,33 @@ class Task(Record):
 
 
 @dataclass
+class RacePeer(Record):
+    """A (format, runner) that only the calling process can run (a live module's: no worker has
+    the object), screened there, entered in the race job: the race worker asks the calling
+    process for each of its windows (an ``event: window``) and reads the answer, a
+    :class:`PeerWindow`, from ``Workspace.race_reply`` once woken through ``Workspace.race_wake``."""
+
+    key: str
+    runner: str
+    profile: dict                        # its screening record: a ProfileStep's stable/results/reason/phase
+    settings: dict                       # its task's ProfileSettings fields (budget_s, window_s, ...)
+    duration_s: float = 0.0              # its screening's
+
+    @property
+    def name(self) -> str:
+        return f"{self.key} on {self.runner}"
+
+
+@dataclass
+class PeerWindow(Record):
+    """The calling process's answer to an ``event: window``: one window's latencies (s), or why
+    it could not measure one."""
+
+    latencies: list[float] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
 class Job(Record):
     workspace: str
     events: str                          # the events file (JSON lines)
@@ -125,8 +152,11 @@ class Job(Record):
     log_level: str = "INFO"
     parent_pid: int | None = None
     race: bool = False                   # the race job: screen and race the tasks' runners (race_job)
+    # The race job: (format, runner) pairs of the calling process (a live module's, screened there)
+    # that join the race; their windows are measured by the calling process when asked (race_job)
+    race_peers: list[RacePeer] = field(default_factory=list)
 
-    _nested: ClassVar = {"tasks": (Task, "list")}
+    _nested: ClassVar = {"tasks": (Task, "list"), "race_peers": (RacePeer, "list")}
 
     # In-process jobs only (never serialized): the live source object, handed to the
     # runners and converters that need it (navigator.sources.torch_support.LiveModule).
@@ -163,7 +193,7 @@ class Event(Record):
     task: int
     key: str
     stage: str                           # reference | convert | verify | profile | race
-    event: str                           # start | end
+    event: str                           # start | end | window (the race asks for a peer's window)
     runner: str | None = None
     result: dict = field(default_factory=dict)
     t: float = 0.0

@@ -17,6 +17,12 @@ Budget: ``--profile-budget-s`` is per format, as in a full sweep; screening take
 :data:`SCREEN_BUDGET_S` of it per runner and the race at most one format's budget and
 :data:`RACE_MAX_ROUNDS` rounds, so a race never takes longer than the full sweeps did.
 
+**Peers.** A live module's runners need the object, which no worker has: the calling process
+screens them itself and enters them as :class:`~navigator.execution.jobs.RacePeer` records with
+their screening figures. When one is a contender, each of its race windows is measured by the
+calling process on request (:class:`_Caller`) while this worker waits in ``select()``, so the
+race interleaves the two processes' windows as it does its own, one process measuring at a time.
+
 Runners stay loaded from screening to the race while the artifacts are small
 (:data:`KEEP_LOADED_BYTES`), so a torch.compile graph is not compiled twice; larger ones
 are unloaded after screening and contenders loaded again. A crash here fails the
@@ -25,11 +31,13 @@ profiles not yet reported (the parent names the runner that was being measured).
 from __future__ import annotations
 
 import logging
+import os
+import select
 import time
 from pathlib import Path
 
 from navigator.execution import racing
-from navigator.execution.jobs import Event, Job, RunnerTask, Task
+from navigator.execution.jobs import Event, Job, PeerWindow, RacePeer, RunnerTask, Task
 
 log = logging.getLogger("navigator.worker")
 
@@ -51,6 +59,7 @@ RACE_MAX_ROUNDS = 30
 # by a quarter and let a loser's screening figure at another batch size beat the race figures.
 REWARM_S = 0.05
 KEEP_LOADED_BYTES = 1 << 30
+PEER_WAIT_S = 120.0   # the longest a window of the calling process may take to come back
 
 
 class _Entry:
@@ -66,6 +75,89 @@ class _Entry:
     @property
     def name(self) -> str:
         return f"{self.task.key} on {self.spec.key}"
+
+    @property
+    def key(self) -> str:
+        return self.task.key
+
+    @property
+    def rkey(self) -> str:
+        return self.spec.key
+
+
+class _Peer:
+    """A :class:`RacePeer` in the race: figures as the calling process screened them; its
+    windows come from the calling process (:class:`_Caller`)."""
+
+    index = 0   # events name no task of this job
+
+    def __init__(self, peer: RacePeer):
+        self.peer, self.key, self.rkey, self.name = peer, peer.key, peer.runner, peer.name
+        self.record = {k: peer.profile.get(k) for k in ("stable", "results", "reason", "phase")}
+        self.duration_s = peer.duration_s
+        peak = max(self.record["results"], key=lambda r: r["throughput"])
+        self.io = peak.get("io")
+        self.entrant = racing.Entrant(name=self.name, batch_size=peak["batch_size"],
+                                      screen_throughput=peak["throughput"], screen_spread=peak.get("spread"))
+
+
+class _Caller:
+    """The calling process's side of a peer's window: this worker asks with an ``event:
+    window`` (its batch size and window settings) and waits in ``select()`` on the FIFO
+    ``Workspace.race_wake``, using no CPU while the calling process measures; once woken it
+    reads the :class:`PeerWindow` from ``Workspace.race_reply``. The FIFO is held open for
+    reading and writing, so the parent's non-blocking open always finds a reader and this side
+    never reads an end of file."""
+
+    def __init__(self, ws, events):
+        self.ws, self.events = ws, events
+        self.fd = os.open(ws.race_wake, os.O_RDWR | os.O_NONBLOCK)
+        try:   # the parent holds its read end open: at once, not at its next 50 ms poll
+            self.ask = os.open(ws.race_ask, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            self.ask = None
+
+    def close(self) -> None:
+        os.close(self.fd)
+        if self.ask is not None:
+            os.close(self.ask)
+
+    def window(self, peer: _Peer, batch_size: int, settings) -> list[float]:
+        import dataclasses
+        import json
+
+        self.events.emit(Event(task=0, key=peer.key, stage="race", runner=peer.rkey, event="window",
+                               result={"batch_size": batch_size, "settings": dataclasses.asdict(settings)}))
+        if self.ask is not None:
+            try:
+                os.write(self.ask, b"\n")
+            except OSError:   # the parent reads the event at its next poll anyway
+                pass
+        deadline = time.monotonic() + PEER_WAIT_S
+        while True:
+            ready, _, _ = select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))
+            if ready:
+                break
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"the calling process did not measure {peer.name} within {PEER_WAIT_S:g} s")
+        os.read(self.fd, 4096)
+        reply = PeerWindow.from_dict(json.loads(self.ws.race_reply.read_text(encoding="utf-8")))
+        if reply.error or not reply.latencies:
+            raise RuntimeError(f"the calling process could not measure {peer.name}: {reply.error or 'no latencies'}")
+        return reply.latencies
+
+
+def race_window(infer, feed: dict, settings) -> list[float]:
+    """One race window's latencies, after :data:`REWARM_S` of unmeasured running (back to speed
+    after the others ran). The calling process measures a peer's windows with it too."""
+    from navigator.execution.profiling import window
+
+    start, n = time.perf_counter(), 0
+    while n < 2 or time.perf_counter() - start < REWARM_S:
+        infer(feed)
+        n += 1
+    lat, _ = window(infer, feed, settings)
+    return lat
 
 
 def _artifact_bytes(ws, tasks: list[Task]) -> int:
@@ -160,11 +252,13 @@ def run_race(ws, events, job: Job) -> int:
     from navigator.execution.worker import StageLog, _error_text
 
     entries = [_Entry(i, task, spec) for i, task in enumerate(job.tasks) for spec in task.runners]
-    if not entries:
+    peers = [_Peer(p) for p in job.race_peers]
+    if not entries and len(peers) < 2:
         return 0
     keep = _artifact_bytes(ws, job.tasks) <= KEEP_LOADED_BYTES
-    budget = job.tasks[0].profile.settings.get("budget_s", 20.0)
-    total_budget = budget * len(job.tasks)
+    settings = job.tasks[0].profile.settings if job.tasks else peers[0].peer.settings
+    budget = settings.get("budget_s", 20.0)
+    total_budget = budget * (len(job.tasks) + len({p.key for p in peers}))
     start = time.perf_counter()
     for entry in entries:
         key, rkey = entry.task.key, entry.spec.key
@@ -186,21 +280,21 @@ def run_race(ws, events, job: Job) -> int:
             peak = max(entry.record["results"], key=lambda r: r["throughput"])
             entry.entrant = racing.Entrant(name=entry.name, batch_size=peak["batch_size"],
                                            screen_throughput=peak["throughput"], screen_spread=peak.get("spread"))
-    screened = [e for e in entries if e.entrant is not None]
+    screened = [e for e in entries if e.entrant is not None] + peers
     names = {e.entrant.name: e for e in screened}
     chosen = [names[c.name] for c in racing.contenders([e.entrant for e in screened])]
-    for entry in screened:
+    for entry in entries:
         if entry not in chosen:
             _unload(entry)
     if len(chosen) < 2:
-        for entry in chosen:
+        for entry in entries:
             _unload(entry)
         return 0
     events.emit(Event(task=chosen[0].index, key="race", stage="race", runner=None, event="start"))
     t0 = time.perf_counter()
     try:
         race_budget = max(1.0, min(budget, total_budget - (time.perf_counter() - start)))
-        result = _race(ws, chosen, race_budget)
+        result = _race(ws, events, chosen, race_budget, settings)
     except Exception as e:
         log.exception("the race failed")
         events.emit(Event(task=chosen[0].index, key="race", stage="race", event="end",
@@ -208,7 +302,7 @@ def run_race(ws, events, job: Job) -> int:
                                   "duration_s": round(time.perf_counter() - t0, 4)}))
         return 0   # the screening figures stand
     finally:
-        for entry in chosen:
+        for entry in entries:
             _unload(entry)
     race_s = time.perf_counter() - t0
     summary = {"status": "ok", "duration_s": round(race_s, 4), "leader": result.leader,
@@ -216,19 +310,22 @@ def run_race(ws, events, job: Job) -> int:
                "reason": None if result.settled else result.reason}
     events.emit(Event(task=chosen[0].index, key="race", stage="race", event="end", result=summary))
     for entry in chosen:
-        events.emit(Event(task=entry.index, key=entry.task.key, stage="profile", runner=entry.spec.key, event="end",
+        events.emit(Event(task=entry.index, key=entry.key, stage="profile", runner=entry.rkey, event="end",
                           result=_race_record(entry, result) | {
                               "status": "ok", "duration_s": round(entry.duration_s + race_s / len(chosen), 4)}))
     return 0
 
 
-def _race(ws, chosen: list[_Entry], budget_s: float) -> racing.RaceResult:
-    """Load the contenders (unless still loaded), warm each up again, and race them; the race
-    logs to the race worker's own log (jobs/race.log)."""
-    from navigator.execution.profiling import batch_of, window
+def _race(ws, events, chosen: list, budget_s: float, settings: dict) -> racing.RaceResult:
+    """Load the contenders (unless still loaded), warm each up again, and race them; a peer's
+    windows come from the calling process. The race logs to the race worker's own log
+    (jobs/race.log)."""
+    from navigator.execution.profiling import ProfileSettings, batch_of
 
     feeds = {}
     for entry in chosen:
+        if isinstance(entry, _Peer):
+            continue
         if entry.runner is None:
             _load(ws, entry)
         task = entry.task
@@ -237,19 +334,23 @@ def _race(ws, chosen: list[_Entry], budget_s: float) -> racing.RaceResult:
             batch_of(sample, task.profile.batch_dim, entry.entrant.batch_size)
         for _ in range(2):
             entry.infer(feeds[entry.name])   # warm up again: other runners ran since its screening
-    settings = _settings(chosen[0].task, _sample(ws, chosen[0].task))
+    window_settings = ProfileSettings(**settings)
     by_name = {e.name: e for e in chosen}
+    caller = _Caller(ws, events) if any(isinstance(e, _Peer) for e in chosen) else None
 
     def measure(ent: racing.Entrant) -> racing.Window:
-        infer, feed = by_name[ent.name].infer, feeds[ent.name]
-        start, n = time.perf_counter(), 0
-        while n < 2 or time.perf_counter() - start < REWARM_S:   # unmeasured: back to speed after the others
-            infer(feed)
-            n += 1
-        lat, _ = window(infer, feed, settings)
+        entry = by_name[ent.name]
+        if isinstance(entry, _Peer):
+            lat = caller.window(entry, ent.batch_size, window_settings)
+        else:
+            lat = race_window(entry.infer, feeds[ent.name], window_settings)
         return racing.Window(batch_size=ent.batch_size, latencies=lat)
 
-    result = racing.race([e.entrant for e in chosen], measure, budget_s, max_rounds=RACE_MAX_ROUNDS)
+    try:
+        result = racing.race([e.entrant for e in chosen], measure, budget_s, max_rounds=RACE_MAX_ROUNDS)
+    finally:
+        if caller is not None:
+            caller.close()
     log.info("race of %s: leader %s after %d rounds, %s", ", ".join(e.name for e in chosen), result.leader,
              result.rounds, "settled" if result.settled else result.reason)
     return result

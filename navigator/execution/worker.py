@@ -123,17 +123,20 @@ def _run_format(ws, events: Events, i: int, task: Task, live, measure_later: lis
             runner.deactivate()
 
 
-def measure_deferred(ws, events: Events, deferred: list) -> None:
+def measure_deferred(ws, events: Events, deferred: list, keep=None) -> None:
     """The profiles an in-process job left in ``Job.measure_later``, measured by the calling
     thread once the job's thread ended (navigator.pipeline.dispatch says why); each runner
-    is deactivated after its profile, or when a Ctrl-C stops them."""
+    is deactivated after its profile, or when a Ctrl-C stops them, unless ``keep(entry)``
+    takes it after a profile that ended ok (a screening that joins the race)."""
     try:
         while deferred:
             i, task, spec, runner, io_names = deferred[0]
-            _run_stage(events, i, task.key, "profile", spec.key,
-                       lambda: stages.run_profile(ws, task, runner, io_names), ws.stage_log(task.key, "profile"))
-            deferred.pop(0)
-            runner.deactivate()
+            result = _run_stage(events, i, task.key, "profile", spec.key,
+                                lambda: stages.run_profile(ws, task, runner, io_names),
+                                ws.stage_log(task.key, "profile"))
+            entry = deferred.pop(0)
+            if not (keep is not None and result.get("status") == "ok" and keep(entry)):
+                runner.deactivate()
     finally:
         for *_, runner, _ in deferred:
             runner.deactivate()

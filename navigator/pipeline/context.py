@@ -49,6 +49,8 @@ class RunContext:
     # build phase: its measurements run alone on the node afterwards, navigator.many.node).
     defer_profiles: bool = False
     race_pending: dict = field(default_factory=dict)   # key -> (planned item, runner keys) profiled in the race
+    # A live module's screened runners, kept loaded until the race (navigator.pipeline.race.LivePeer)
+    race_peers: dict = field(default_factory=dict)
     jobs: int = 1                    # formats converted and verified at once (navigator.pipeline.schedule)
     # While formats run in parallel: the lock every change of the record (and save) is made under,
     # released only while a thread waits for its worker; and the event that stops every worker.

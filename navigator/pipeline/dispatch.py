@@ -16,6 +16,7 @@ from navigator.execution.worker import EXIT_DISK_FULL
 from navigator.pipeline.context import RunContext
 from navigator.pipeline.diskfull import WorkspaceFull, check_disk_full, says_disk_full
 from navigator.pipeline.events import apply_event, finish_crashed, stage_durations
+from navigator.pipeline.race import keep_for_race
 from navigator.workspace.status import ProfileStep, VerifyStep
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,7 @@ def _measure_here(ctx: RunContext, job: Job, outcome) -> None:
             with ctx.measure_gate():
                 try:
                     with _timeout_here(ctx.config.timeout, tail):
-                        worker.measure_deferred(ctx.ws, events, deferred)
+                        worker.measure_deferred(ctx.ws, events, deferred, keep=lambda e: keep_for_race(ctx, e))
                 except StageTimeout:
                     _timed_out_here(ctx, events, deferred)
         finally:

@@ -16,7 +16,7 @@ from navigator.pipeline.context import RunContext
 from navigator.pipeline.diskfull import WorkspaceFull, says_disk_full
 from navigator.pipeline.dispatch import run_job, run_job_in_process
 from navigator.pipeline.events import explain_skips, skip_runners
-from navigator.pipeline.race import defer_profile, run_race, screen_here
+from navigator.pipeline.race import defer_profile, release_peers, run_race, screen_here
 from navigator.pipeline.schedule import run_parallel
 from navigator.pipeline.reproduce import write_reproduce
 from navigator.pipeline.tasks import format_task, reference_task, runner_specs, sys_path_for
@@ -44,13 +44,16 @@ def run_formats(ctx: RunContext, planned) -> None:
                                                 profile=ProfileStep(reason="pending"))
         st.formats[item.key] = fs
     ctx.save()
-    with progress.Heartbeat(ctx):   # a line with the elapsed time for every step running long
-        start = time.perf_counter()
-        _run_planned(ctx, planned)
-        ctx.timings["formats_s"] = time.perf_counter() - start
-        start = time.perf_counter()
-        run_race(ctx)   # every profile still to measure, alone, once every format is verified
-        ctx.timings["race_s"] = time.perf_counter() - start
+    try:
+        with progress.Heartbeat(ctx):   # a line with the elapsed time for every step running long
+            start = time.perf_counter()
+            _run_planned(ctx, planned)
+            ctx.timings["formats_s"] = time.perf_counter() - start
+            start = time.perf_counter()
+            run_race(ctx)   # every profile still to measure, alone, once every format is verified
+            ctx.timings["race_s"] = time.perf_counter() - start
+    finally:
+        release_peers(ctx)   # a live module's runners kept for a race that a stopped run never reached
 
 
 def _run_planned(ctx: RunContext, planned) -> None:

@@ -4,17 +4,26 @@ verify only; once every one of them ended, a single worker profiles every verifi
 contenders with interleaved windows. Its events are applied like a format worker's.
 
 Not raced: ``--no-race`` (each format worker sweeps its own runners to full depth, as
-before), ``--no-profile``, and jobs run in the calling process (a live module: its runners
-need the object, which no worker has), which are screened there (:func:`screen_here`), on
-the calling thread once no worker runs (navigator.pipeline.dispatch.run_job_in_process)."""
+before) and ``--no-profile``.
+
+A live module's runners need the object, which no worker has: they are screened in the
+calling process (:func:`screen_here`), on the calling thread once no worker runs
+(navigator.pipeline.dispatch.run_job_in_process), and kept loaded (:func:`keep_for_race`).
+They enter the race as peers (:class:`~navigator.execution.jobs.RacePeer`): when one is a
+contender, the race worker asks for each of its windows, and this process measures it on the
+calling thread while the worker waits (:func:`_peer_window`) -- the two processes' windows
+interleaved as the worker's own are."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
+from dataclasses import dataclass
+from typing import Any
 
-from navigator.execution.jobs import Job, Task
+from navigator.execution.jobs import Job, PeerWindow, RacePeer, Task
 from navigator.pipeline import progress
 from navigator.pipeline.context import RunContext
 from navigator.pipeline.events import apply_event, explain_skips, with_tail
@@ -59,6 +68,99 @@ def screen_here(task: Task) -> Task:
     return task
 
 
+@dataclass
+class LivePeer:
+    """A live module's runner screened in this process, kept active until the race ends."""
+
+    task: Task
+    spec: Any          # its RunnerTask
+    runner: Any        # the active runner
+    io_names: dict
+    infer: Any = None
+    sample: dict | None = None
+
+
+def keep_for_race(ctx: RunContext, entry) -> bool:
+    """Keep a runner of a live module's screening (a ``Job.measure_later`` entry) for the race:
+    :func:`run_race` enters it as a peer and deactivates it afterwards."""
+    _, task, spec, runner, io_names = entry
+    if task.profile is None or not task.profile.screen:
+        return False
+    ctx.race_peers[f"{task.key} on {spec.key}"] = LivePeer(task, spec, runner, io_names)
+    return True
+
+
+def release_peers(ctx: RunContext) -> None:
+    """Deactivate the runners kept for the race."""
+    peers, ctx.race_peers = ctx.race_peers, {}
+    for peer in peers.values():
+        try:
+            peer.runner.deactivate()
+        except Exception as e:   # one runner's cleanup does not stop the others'
+            log.warning("deactivating %s: %s", peer.spec.key, e)
+
+
+def _race_peers(ctx: RunContext) -> list[RacePeer]:
+    """The kept runners whose screening gave figures, as the race job's peers."""
+    out = []
+    for name, peer in ctx.race_peers.items():
+        prof = ctx.status.formats[peer.task.key].runners[peer.spec.key].profile
+        if prof.status != "ok" or not prof.results:
+            continue
+        record = prof.to_dict()
+        out.append(RacePeer(key=peer.task.key, runner=peer.spec.key, duration_s=prof.duration_s or 0.0,
+                            profile={k: record.get(k) for k in ("stable", "results", "reason", "phase")},
+                            settings=dict(peer.task.profile.settings)))
+    return out
+
+
+def _peer_window(ctx: RunContext, event) -> None:
+    """Measure one window of a peer on this thread, as the race worker asked, write it to
+    ``race_reply`` and wake the worker. Nothing else runs meanwhile: the worker waits."""
+    from navigator.execution.profiling import ProfileSettings, batch_of
+    from navigator.execution.race_job import race_window
+    from navigator.execution.stages import rename
+    from navigator.workspace import npz
+    from navigator.workspace.atomic import write_text
+
+    try:
+        peer = ctx.race_peers[f"{event.key} on {event.runner}"]
+        if peer.infer is None:
+            peer.infer, _ = peer.runner.profiling_infer()
+            peer.sample = rename(npz.load(ctx.ws.input_files()[0]), peer.io_names)
+        batch_dim, size = peer.task.profile.batch_dim, event.result["batch_size"]
+        feed = peer.sample if batch_dim is None else batch_of(peer.sample, batch_dim, size)
+        reply = PeerWindow(latencies=race_window(peer.infer, feed, ProfileSettings(**event.result["settings"])))
+    except Exception as e:
+        log.exception("race window of %s on %s", event.key, event.runner)
+        reply = PeerWindow(error=f"{type(e).__name__}: {e}")
+    write_text(ctx.ws.race_reply, json.dumps(reply.to_dict()))
+    try:
+        fd = os.open(ctx.ws.race_wake, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as e:   # no reader: the worker is gone, which its outcome says
+        log.warning("race worker not waiting: %s", e)
+        return
+    try:
+        os.write(fd, b"\n")
+    finally:
+        os.close(fd)
+
+
+def open_peer_channel(ws) -> int:
+    """The FIFOs of a race with peers (race_job._Caller), made anew -- never a file or link an
+    earlier run left at their paths: ``race_wake``, which the worker waits on for a peer's
+    window, and ``race_ask``, which wakes this process when the worker asks for one. Returns
+    ``race_ask``'s descriptor, held open for reading and writing (the worker's non-blocking
+    open finds a reader; :func:`isolation.run_worker`'s ``wake_fd``); the caller closes it."""
+    ws.jobs_dir.mkdir(parents=True, exist_ok=True)
+    for path in (ws.race_wake, ws.race_ask, ws.race_reply):
+        if path.is_symlink() or path.exists():
+            path.unlink()
+    os.mkfifo(ws.race_wake, 0o600)
+    os.mkfifo(ws.race_ask, 0o600)
+    return os.open(ws.race_ask, os.O_RDWR | os.O_NONBLOCK)
+
+
 def race_tasks(ctx: RunContext) -> list[Task]:
     """One task per format with verified runners left to profile: the artifact as converted."""
     from navigator.pipeline.execute import converted_task
@@ -86,17 +188,38 @@ def run_race(ctx: RunContext) -> None:
     report, naming the one it was measuring."""
     from navigator.execution import isolation
 
+    try:
+        _run_race(ctx, isolation)
+    finally:
+        release_peers(ctx)
+
+
+def _run_race(ctx: RunContext, isolation) -> None:
     tasks = race_tasks(ctx)
     ctx.race_pending.clear()
-    if not tasks:
+    peers, ask = _race_peers(ctx), None
+    if peers:
+        try:
+            ask = open_peer_channel(ctx.ws)
+        except OSError as e:   # a file system without FIFOs: their screening figures only
+            log.warning("the live module's runners are not raced (%s): their screening figures stand", e)
+            peers = []
+    if not tasks and len(peers) < 2:
+        if ask is not None:
+            os.close(ask)
         return
     job = Job(workspace=str(ctx.ws.root), events=str(ctx.ws.events_file("race")), tasks=tasks, race=True,
-              parent_pid=os.getpid())
+              parent_pid=os.getpid(), race_peers=peers)
     ctx.process_starts += 1
     start = time.perf_counter()
-    outcome = isolation.run_worker(job, ctx.ws.job_file("race"), ctx.ws.race_log, stage_timeout_s=ctx.config.timeout,
-                                   on_event=lambda e: _apply(ctx, e), memory_limit_gb=ctx.config.worker_memory_gb,
-                                   forkserver=ctx.forkserver)
+    try:
+        outcome = isolation.run_worker(job, ctx.ws.job_file("race"), ctx.ws.race_log,
+                                       stage_timeout_s=ctx.config.timeout, on_event=lambda e: _apply(ctx, e),
+                                       memory_limit_gb=ctx.config.worker_memory_gb, forkserver=ctx.forkserver,
+                                       wake_fd=ask)
+    finally:
+        if ask is not None:
+            os.close(ask)
     ctx.timings.setdefault("workers", []).append(("race", time.perf_counter() - start, {}))
     log.info("race worker: %.2f s, peak RSS %s MiB", time.perf_counter() - start, outcome.peak_rss_mb)
     if not outcome.reason:
@@ -120,6 +243,9 @@ def run_race(ctx: RunContext) -> None:
 
 
 def _apply(ctx: RunContext, event) -> None:
+    if event.event == "window":   # the race asks for a window of a peer
+        _peer_window(ctx, event)
+        return
     if event.stage == "race":   # the race itself: on the console, not a step of any format
         if event.event == "start":
             progress.opened(ctx, "contenders", "race", None)

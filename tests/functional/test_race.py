@@ -54,3 +54,102 @@ def test_a_lone_runner_is_screened_in_its_own_worker(tmp_path, onnx_model):
     assert result.ok and result.timings["process_starts"] == 1      # no race worker: nothing to race
     profile = result.status.formats["onnx"].runners["onnxruntime-cpu"].profile
     assert profile.status == "ok" and profile.phase == "screening" and result.best.runner_up is None
+
+
+class _MatmulRunner:
+    """The calling process's side of a peer: a runner-shaped object whose inference is a real
+    numpy matmul (a live module's runner needs a run's whole context; the protocol under test is
+    the race worker asking this process for windows, not what the runner computes)."""
+
+    def __init__(self, fail: bool = False):
+        self.fail, self.calls = fail, 0
+
+    def profiling_infer(self):
+        import numpy as np
+
+        w = np.random.default_rng(0).standard_normal((128, 128)).astype(np.float32)
+
+        def infer(feed):
+            self.calls += 1
+            if self.fail:
+                raise RuntimeError("the live module went away")
+            return feed["x"] @ w
+
+        return infer, None
+
+
+def _race_with_peers(tmp_path, runners: dict):
+    """Run the real race worker on a job of peers only, equal by screening (so both are
+    contenders whatever the machine does), answering its window requests from this process
+    as a run does (navigator.pipeline.race._peer_window). Returns the events."""
+    import os
+    import types
+
+    import numpy as np
+
+    from navigator.execution import isolation
+    from navigator.execution.jobs import Job, RacePeer
+    from navigator.pipeline import race
+    from navigator.workspace import npz
+    from navigator.workspace.layout import Workspace
+
+    ws = Workspace(tmp_path / "m.nav.workspace")
+    ws.inputs_dir.mkdir(parents=True)
+    npz.save(ws.inputs_dir / "000.npz", {"x": np.ones((2, 128), np.float32)})
+    settings = {"budget_s": 3.0, "window_s": 0.02, "max_batch_size": 4}
+    screening = {"stable": True, "phase": "screening", "reason": None,
+                 "results": [{"batch_size": 4, "throughput": 1000.0, "spread": 0.05, "latency_ms": {"p50": 4.0}}]}
+    ctx = types.SimpleNamespace(ws=ws, race_peers={})
+    peers = []
+    for rkey, runner in runners.items():
+        task = types.SimpleNamespace(key="torch", profile=types.SimpleNamespace(batch_dim=0, settings=settings))
+        ctx.race_peers[f"torch on {rkey}"] = race.LivePeer(task, types.SimpleNamespace(key=rkey), runner, {})
+        peers.append(RacePeer(key="torch", runner=rkey, profile=screening, settings=settings, duration_s=0.5))
+    ask = race.open_peer_channel(ws)
+    job = Job(workspace=str(ws.root), events=str(ws.events_file("race")), race=True, race_peers=peers)
+    seen = []
+
+    def on_event(event):
+        seen.append(event)
+        if event.event == "window":
+            race._peer_window(ctx, event)
+
+    try:
+        outcome = isolation.run_worker(job, ws.job_file("race"), ws.race_log, stage_timeout_s=60, on_event=on_event,
+                                       wake_fd=ask)
+    finally:
+        os.close(ask)
+    assert outcome.returncode == 0 and not outcome.reason, (outcome.reason, outcome.log_tail)
+    return seen
+
+
+def test_the_calling_processs_runners_are_raced_through_their_windows(tmp_path):
+    """A live module's runners join the race as peers: the worker asks this process for each of
+    their windows in turn, and reports race figures for them as for its own runners."""
+    runners = {"torch-cpu": _MatmulRunner(), "torch_compile-cpu": _MatmulRunner()}
+    events = _race_with_peers(tmp_path, runners)
+    windows = [e for e in events if e.event == "window"]
+    # windows alternate between the two peers, round after round, each at its screening peak
+    assert len(windows) >= 2 * 3 and [e.runner for e in windows[:4]] == ["torch-cpu", "torch_compile-cpu"] * 2
+    assert {e.result["batch_size"] for e in windows} == {4} and windows[0].result["settings"]["window_s"] == 0.02
+    assert all(r.calls > 10 * len(windows) // 2 for r in runners.values())   # measured here, not in the worker
+    race_end = next(e for e in events if e.stage == "race" and e.event == "end")
+    assert race_end.result["status"] == "ok"
+    assert race_end.result["contenders"] == ["torch on torch-cpu", "torch on torch_compile-cpu"]
+    assert race_end.result["rounds"] * 2 == len(windows)
+    ends = {e.runner: e.result for e in events if e.stage == "profile" and e.event == "end"}
+    assert set(ends) == set(runners)
+    for result in ends.values():
+        assert result["phase"] == "race" and result["status"] == "ok"
+        (figure,) = result["results"]
+        assert figure["raced"] and figure["batch_size"] == 4 and figure["throughput"] != 1000.0
+        assert figure["latency_ms"]["p50"] > 0
+
+
+def test_a_peer_that_cannot_measure_ends_the_race_and_keeps_the_screening(tmp_path):
+    events = _race_with_peers(tmp_path, {"torch-cpu": _MatmulRunner(), "torch_compile-cpu": _MatmulRunner(fail=True)})
+    race_end = next(e for e in events if e.stage == "race" and e.event == "end")
+    assert race_end.result["status"] == "failed"
+    assert "could not measure torch on torch_compile-cpu" in race_end.result["reason"]
+    assert "the live module went away" in race_end.result["reason"]
+    assert not [e for e in events if e.stage == "profile"]   # the screening figures stand

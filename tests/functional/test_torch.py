@@ -377,6 +377,10 @@ def test_a_live_module_is_measured_on_the_calling_thread(tmp_path, jobs):
     assert any(c[0] != here and c[2] for c in model.calls)   # verified in the job's thread
     measured = [c for c in model.calls if c[1] == 8]    # a size only the profile's sweep runs
     assert measured and all(c[0] == here and not c[2] for c in measured), measured[:3]
+    # its screened runner joins the race as a peer (its windows, if a contender, measured here too)
+    job = json.loads((result.workspace / "jobs" / "race.json").read_text())
+    assert [(p["key"], p["runner"]) for p in job["race_peers"]] == [("torch", "torch-cpu")]
+    assert job["race_peers"][0]["profile"]["results"] and job["race_peers"][0]["profile"]["phase"] == "screening"
 
 
 def test_a_live_profile_on_the_calling_thread_keeps_the_timeout(tmp_path):
