@@ -97,7 +97,7 @@ class _Peer:
         self.duration_s = peer.duration_s
         peak = max(self.record["results"], key=lambda r: r["throughput"])
         self.io = peak.get("io")
-        self.entrant = racing.Entrant(name=self.name, batch_size=peak["batch_size"],
+        self.entrant = racing.Entrant(name=self.name, batch_size=peak["batch_size"], caller=True,
                                       screen_throughput=peak["throughput"], screen_spread=peak.get("spread"))
 
 

@@ -34,6 +34,14 @@ UNSTABLE_SPREAD = 0.10      # the profiler's stability bound (last 3 windows wit
 # screening 82,166/s +- 0.13% vs 81,197/s +- 0.7%, a "separated" 1.2% lead; interleaved
 # windows then found them 0.1% apart). Two figures closer than 2% are never called separated.
 SPREAD_FLOOR = 0.02
+# The least spread a screening figure counts with against one screened in the other process (a live
+# module's runners are screened by the calling process, before the worker's formats are even
+# converted; the worker screens its own later): measured moments apart, their back-to-back spreads
+# miss the drift between them. Seen on the transformer block: torch.compile screened at 37.7k/s in
+# the calling process, TorchScript at 35.7k/s in the worker, "separated" 1.06x by the 2% floor; in
+# the oracle's interleaved rounds TorchScript was 1.07x ahead. Such a pair is separated only beyond
+# about 1.1x; closer, both are raced, window by window.
+CROSS_FLOOR = 0.10
 RACE_MIN_WINDOWS = 3        # race windows a contender gets before it can be dropped or declared the winner
 RACE_LAST = 5               # the spread of a contender's race figure: over its last windows, at most this many
 # Contenders whose race figures are this close (and stable) after RACE_TIE_ROUNDS rounds end the race as a tie:
@@ -45,21 +53,22 @@ RACE_TIE = 0.02
 RACE_TIE_ROUNDS = 6
 
 
-def half_spread(spread: float | None) -> float:
-    """Half the relative window range, at least half of :data:`SPREAD_FLOOR`; a figure
-    recorded without a spread (an older workspace) counts as the stability bound, never as
-    exact."""
-    return max(SPREAD_FLOOR, UNSTABLE_SPREAD if spread is None else spread) / 2.0
+def half_spread(spread: float | None, floor: float = SPREAD_FLOOR) -> float:
+    """Half the relative window range, at least half of ``floor`` (:data:`SPREAD_FLOOR`, or
+    :data:`CROSS_FLOOR` between the two processes' screenings); a figure recorded without a
+    spread (an older workspace) counts as the stability bound, never as exact."""
+    return max(floor, UNSTABLE_SPREAD if spread is None else spread) / 2.0
 
 
-def separated(fast: float, fast_spread: float | None, slow: float, slow_spread: float | None) -> bool:
+def separated(fast: float, fast_spread: float | None, slow: float, slow_spread: float | None,
+              floor: float = SPREAD_FLOOR) -> bool:
     """``fast`` is ahead of ``slow`` by more than their measured spread (module docstring)."""
-    return fast * (1.0 - half_spread(fast_spread)) > slow * (1.0 + half_spread(slow_spread))
+    return fast * (1.0 - half_spread(fast_spread, floor)) > slow * (1.0 + half_spread(slow_spread, floor))
 
 
-def needed_margin(fast_spread: float | None, slow_spread: float | None) -> float:
+def needed_margin(fast_spread: float | None, slow_spread: float | None, floor: float = SPREAD_FLOOR) -> float:
     """The throughput ratio fast / slow above which two figures are separated."""
-    return (1.0 + half_spread(slow_spread)) / max(1e-9, 1.0 - half_spread(fast_spread))
+    return (1.0 + half_spread(slow_spread, floor)) / max(1e-9, 1.0 - half_spread(fast_spread, floor))
 
 
 def unstable(spread: float | None) -> bool:
@@ -91,6 +100,7 @@ class Entrant:
     screen_spread: float | None
     windows: list[Window] = field(default_factory=list)
     out: str | None = None          # why it left the race (None: still in, or the winner)
+    caller: bool = False            # screened by the calling process (a live module's runner), not the worker
 
     def figure(self) -> tuple[float, float | None]:
         """(throughput, spread): from the race windows once there are enough, else the screening's."""
@@ -114,8 +124,9 @@ class RaceResult:
 
 
 def contenders(screened: list[Entrant]) -> list[Entrant]:
-    """The leader by screening throughput and every entrant not separated from it, or whose
-    screening figure is unstable: windows that varied by more than 10% were disturbed, and
+    """The leader by screening throughput and every entrant not separated from it (by
+    :data:`CROSS_FLOOR` at least when one was screened by the calling process and the other by
+    the worker), or whose screening figure is unstable: windows that varied by more than 10% were disturbed, and
     their level may be too (a TorchScript transformer block screened at 9.6k/s, spread 0.21,
     then ran at 40k/s), so such a figure cannot rule its runner out; the race measures it."""
     if not screened:
@@ -123,7 +134,8 @@ def contenders(screened: list[Entrant]) -> list[Entrant]:
     ranked = sorted(screened, key=lambda e: e.screen_throughput, reverse=True)
     lead = ranked[0]
     return [lead] + [e for e in ranked[1:] if unstable(e.screen_spread) or not separated(
-        lead.screen_throughput, lead.screen_spread, e.screen_throughput, e.screen_spread)]
+        lead.screen_throughput, lead.screen_spread, e.screen_throughput, e.screen_spread,
+        CROSS_FLOOR if e.caller != lead.caller else SPREAD_FLOOR)]
 
 
 def race(entrants: list[Entrant], window: Callable[[Entrant], Window], budget_s: float,

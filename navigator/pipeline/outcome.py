@@ -34,14 +34,26 @@ def select_best(st: Status, *, no_profile: bool) -> Best | None:
             best.runner_up = RunnerUp(key=k2, runner=r2, batch_size=p2.batch_size, throughput=p2.throughput,
                                       spread=p2.spread)
             best.margin = round(peak.throughput / p2.throughput, 4) if p2.throughput else None
-            best.separated = racing.separated(peak.throughput, peak.spread, p2.throughput, p2.spread)
-        best.note = trust_note(best, profile)
+            floor = _floor(st.formats[key], peak, st.formats[k2], p2)
+            best.separated = racing.separated(peak.throughput, peak.spread, p2.throughput, p2.spread, floor)
+        else:
+            floor = racing.SPREAD_FLOOR
+        best.note = trust_note(best, profile, floor)
         return best
     key, rkey, _ = min(candidates, key=lambda c: formats.preference_rank(c[0]))
     return Best(key=key, runner=rkey, basis="preference")
 
 
-def trust_note(best: Best, profile) -> str | None:
+def _floor(fs, peak, fs2, p2) -> float:
+    """The spread floor between two figures: :data:`racing.CROSS_FLOOR` when they were measured
+    in different processes at different moments (a live module's screening in the calling
+    process, a format's in the worker), not side by side in the race."""
+    if peak.raced and p2.raced:
+        return racing.SPREAD_FLOOR
+    return racing.CROSS_FLOOR if fs.isolated != fs2.isolated else racing.SPREAD_FLOOR
+
+
+def trust_note(best: Best, profile, floor: float = racing.SPREAD_FLOOR) -> str | None:
     """Why ``best`` is not a pick to trust (unstable, or not separated from the runner-up), or None."""
     notes = []
     if best.stable is False:
@@ -51,7 +63,7 @@ def trust_note(best: Best, profile) -> str | None:
             notes.append(f"unstable: {profile.reason or 'its profile did not settle'}")
     if best.separated is False and best.runner_up is not None:
         ru = best.runner_up
-        need = racing.needed_margin(best.spread, ru.spread)
+        need = racing.needed_margin(best.spread, ru.spread, floor)
         notes.append(f"not separated from {ru.key} on {ru.runner}: {best.margin:.2f}x ahead, within the "
                      f"windows' spread (needs > {need:.2f}x)")
     return "; ".join(notes) or None

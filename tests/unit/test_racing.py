@@ -79,6 +79,28 @@ def test_an_unstable_best_says_so_even_far_ahead():
     assert select_best(st, no_profile=False).stable is False
 
 
+def test_screenings_of_the_two_processes_need_a_wider_margin_to_be_separated():
+    """A live module's figure (screened by the calling process, isolated: false) against a
+    format's screened by the worker: 1.06x ahead is within CROSS_FLOOR (seen: such a pick was
+    0.94x in interleaved rounds), so not separated; the same two figures raced side by side, or
+    both from the worker, are separated by the 2% floor; 1.2x ahead is separated either way."""
+    def status(lead, other, *, raced=False):
+        st = _status(onnx=_runner([(64, lead, 0.04)]), onnx_optimized=_runner([(64, other, 0.03)]))
+        st.formats["onnx"].isolated = False
+        for fs in st.formats.values():
+            fs.runners["onnxruntime-cpu"].profile.results[0].raced = raced or None
+        return st
+
+    best = select_best(status(37_678.0, 35_660.0), no_profile=False)
+    assert best.key == "onnx" and best.margin == pytest.approx(1.0566, abs=1e-4) and best.separated is False
+    assert "not separated from onnx-optimized" in best.note and "needs > 1.11x" in best.note
+    assert select_best(status(37_678.0, 35_660.0, raced=True), no_profile=False).separated is True
+    same = status(37_678.0, 35_660.0)
+    same.formats["onnx"].isolated = True
+    assert select_best(same, no_profile=False).separated is True
+    assert select_best(status(43_000.0, 35_660.0), no_profile=False).separated is True
+
+
 def test_a_lone_candidate_has_no_runner_up():
     best = select_best(_status(onnx=_runner([(8, 900.0, 0.02)])), no_profile=False)
     assert best.runner_up is None and best.separated is None and best.margin is None and best.trusted
@@ -164,6 +186,20 @@ def test_screening_keeps_only_the_contenders():
     screened = _entrants(("a", 100.0, 0.05), ("b", 97.0, 0.05), ("c", 50.0, 0.05), ("d", 110.0, 0.3))
     assert [e.name for e in contenders(screened)] == ["d", "a", "b"]
     assert [e.name for e in contenders(_entrants(("a", 300.0, 0.02), ("b", 100.0, 0.02)))] == ["a"]
+
+
+def test_a_runner_screened_by_the_calling_process_is_raced_unless_far_behind():
+    """Screenings of the two processes, moments apart: a peer 1.06x behind the worker's leader
+    (or a leader 1.06x ahead of the worker's runners) is a contender; 1.2x behind it is out; two
+    of the worker's own 1.06x apart are separated by the 2% floor, as before."""
+    def entrants(*rows):
+        return [Entrant(name=n, batch_size=64, screen_throughput=t, screen_spread=0.03, caller=c) for n, t, c in rows]
+
+    assert [e.name for e in contenders(entrants(("ts", 37_700.0, False), ("compile", 35_600.0, True),
+                                                ("eager", 31_000.0, True), ("onnx", 35_600.0, False)))] \
+        == ["ts", "compile"]
+    assert [e.name for e in contenders(entrants(("compile", 37_700.0, True), ("ts", 35_600.0, False),
+                                                ("eager", 35_600.0, True)))] == ["compile", "ts"]
 
 
 def test_an_unstable_screening_figure_does_not_rule_its_runner_out():
