@@ -242,7 +242,7 @@ def _race_record(entry: _Entry, result: racing.RaceResult) -> dict:
     if not result.settled:
         record["reason"] = result.reason
     elif e.out:
-        record["reason"] = f"out of the race: {e.out}"
+        record["reason"] = f"{racing.OUT}{e.out}"
     else:
         record["reason"] = f"won the race after {len(e.windows)} interleaved windows"
     return record

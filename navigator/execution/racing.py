@@ -16,7 +16,8 @@ The race (:func:`race`): every candidate was *screened* (a short sweep); those n
 separated from the leader are the contenders; their windows are then measured in
 turn (one window of each, round after round, so drift of the machine hits all of
 them alike) until the leader is separated from every other contender -- each
-dropped as soon as it is -- or those left are within :data:`RACE_TIE` of each other
+dropped as soon as it is, or as soon as it lost each of the last rounds to the leader
+(:func:`paired_lead`) -- or those left are within :data:`RACE_TIE` of each other
 (a tie), or the budget ends, which the result says. The driver
 takes the window function and the clock as arguments: the worker passes real ones,
 the unit tests deterministic ones.
@@ -51,6 +52,14 @@ RACE_LAST = 5               # the spread of a contender's race figure: over its 
 # onnxruntime optimised the first at load) raced all 30 rounds, a third of the run's wall time.
 RACE_TIE = 0.02
 RACE_TIE_ROUNDS = 6
+# The paired rule: a contender whose window was slower than the leader's in each of the last
+# RACE_PAIRED rounds (1 chance in 32 for two equal runners), by RACE_TIE or more in the median
+# round, is out. Each round measures both moments apart, so drift of the machine -- what widens
+# the window ranges on a busy machine -- cancels in the ratio. The range rule alone took 14-15
+# rounds to settle TorchScript 1.07x ahead of torch.compile on the transformer block (load 1.3-1.9
+# on 2 cores, window spreads 0.05-0.08), three quarters of a 17 s run.
+RACE_PAIRED = 5
+OUT = "out of the race: "   # a profile's reason for a contender the race dropped (best reads it)
 
 
 def half_spread(spread: float | None, floor: float = SPREAD_FLOOR) -> float:
@@ -123,6 +132,21 @@ class RaceResult:
     entrants: dict[str, Entrant] = field(default_factory=dict)
 
 
+def paired_lead(lead: Entrant, other: Entrant) -> float | None:
+    """The median ratio of ``lead``'s window throughput to ``other``'s over the last
+    :data:`RACE_PAIRED` rounds, when ``lead`` was faster in each of them and by at least
+    :data:`RACE_TIE` in the median; else None. Both raced every round so far (entrants only
+    leave), so their windows pair up by round."""
+    n = RACE_PAIRED
+    if len(lead.windows) < n or len(other.windows) != len(lead.windows):
+        return None
+    ratios = sorted(a.throughput / b.throughput for a, b in zip(lead.windows[-n:], other.windows[-n:])
+                    if b.throughput > 0)
+    if len(ratios) < n or ratios[0] <= 1.0 or ratios[n // 2] < 1.0 + RACE_TIE:
+        return None
+    return ratios[n // 2]
+
+
 def contenders(screened: list[Entrant]) -> list[Entrant]:
     """The leader by screening throughput and every entrant not separated from it (by
     :data:`CROSS_FLOOR` at least when one was screened by the calling process and the other by
@@ -162,6 +186,10 @@ def race(entrants: list[Entrant], window: Callable[[Entrant], Window], budget_s:
                 t, s = figures[e.name]
                 if separated(lt, ls, t, s):
                     e.out = f"separated from {lead.name} after {len(e.windows)} race windows"
+                elif (ratio := paired_lead(lead, e)) is not None:
+                    e.out = (f"behind {lead.name} in each of the last {RACE_PAIRED} interleaved rounds "
+                             f"({ratio:.2f}x in the median one) after {len(e.windows)} race windows")
+                if e.out:
                     live.remove(e)
             result.leader = lead.name
             if len(live) == 1:

@@ -36,6 +36,8 @@ def select_best(st: Status, *, no_profile: bool) -> Best | None:
             best.margin = round(peak.throughput / p2.throughput, 4) if p2.throughput else None
             floor = _floor(st.formats[key], peak, st.formats[k2], p2)
             best.separated = racing.separated(peak.throughput, peak.spread, p2.throughput, p2.spread, floor)
+            if peak.raced and p2.raced:   # raced side by side: the race's verdict (its paired rule too)
+                best.separated = (st.formats[k2].runners[r2].profile.reason or "").startswith(racing.OUT)
         else:
             floor = racing.SPREAD_FLOOR
         best.note = trust_note(best, profile, floor)

@@ -94,7 +94,9 @@ def test_screenings_of_the_two_processes_need_a_wider_margin_to_be_separated():
     best = select_best(status(37_678.0, 35_660.0), no_profile=False)
     assert best.key == "onnx" and best.margin == pytest.approx(1.0566, abs=1e-4) and best.separated is False
     assert "not separated from onnx-optimized" in best.note and "needs > 1.11x" in best.note
-    assert select_best(status(37_678.0, 35_660.0, raced=True), no_profile=False).separated is True
+    raced = status(37_678.0, 35_660.0, raced=True)   # side by side: the race dropped the runner-up
+    raced.formats["onnx-optimized"].runners["onnxruntime-cpu"].profile.reason = f"{racing.OUT}separated from onnx"
+    assert select_best(raced, no_profile=False).separated is True
     same = status(37_678.0, 35_660.0)
     same.formats["onnx"].isolated = True
     assert select_best(same, no_profile=False).separated is True
@@ -231,9 +233,44 @@ def test_the_race_interleaves_windows():
 def test_a_budget_that_ends_the_race_says_so():
     entrants = _entrants(("a", 100.0, 0.2), ("b", 99.0, 0.2))
     # noisy, overlapping: never separated, and 8% apart: no tie either
-    result = race(entrants, _windows({"a": [90.0, 130.0], "b": [88.0, 112.0]}), budget_s=1.0, clock=_clock(0.1))
+    result = race(entrants, _windows({"a": [90.0, 130.0], "b": [92.0, 112.0]}), budget_s=1.0, clock=_clock(0.1))
     assert not result.settled and "budget of 1 s ended the race" in result.reason
     assert result.leader in ("a", "b") and entrants[0].out is None and entrants[1].out is None
+
+
+def test_a_contender_behind_in_every_paired_round_is_out_though_the_ranges_overlap():
+    """The machine's drift moves both contenders' windows alike, round by round: their window
+    ranges overlap (spreads ~0.25) so the range rule cannot separate them, but b is 5% behind a in
+    every round; after RACE_PAIRED rounds b is out. Equal contenders with the same drift are not
+    (the budget ends the race: too unstable for a tie); 1% behind in every round is not enough."""
+    drift = [100.0, 80.0, 110.0, 90.0, 105.0, 85.0]
+    entrants = _entrants(("a", 100.0, 0.05), ("b", 97.0, 0.05))
+    result = race(entrants, _windows({"a": drift, "b": [x / 1.05 for x in drift]}), budget_s=100.0, clock=_clock(0.1))
+    assert result.settled and result.leader == "a" and result.rounds == racing.RACE_PAIRED
+    assert entrants[1].out.startswith(f"behind a in each of the last {racing.RACE_PAIRED} interleaved rounds (1.05x")
+    thr_a, spread_a = entrants[0].figure()
+    thr_b, spread_b = entrants[1].figure()
+    assert not separated(thr_a, spread_a, thr_b, spread_b)    # the range rule alone could not tell
+    for ratio in (1.0, 1.01):
+        entrants = _entrants(("a", 100.0, 0.05), ("b", 97.0, 0.05))
+        result = race(entrants, _windows({"a": drift, "b": [x / ratio for x in drift]}), budget_s=2.0,
+                      clock=_clock(0.1))
+        assert not result.settled and "budget of 2 s ended the race" in result.reason and entrants[1].out is None
+
+
+def test_best_between_two_raced_figures_is_the_races_verdict():
+    """Raced side by side, the runner-up is separated when the race dropped it (its reason says
+    so), whatever the two final figures' ranges; not when the race ended without dropping it."""
+    def status(reason):
+        st = _status(onnx=_runner([(8, 105.0, 0.2)]), onnx_optimized=_runner([(8, 100.0, 0.2)]))
+        for k, fs in st.formats.items():
+            fs.runners["onnxruntime-cpu"].profile.results[0].raced = True
+        st.formats["onnx-optimized"].runners["onnxruntime-cpu"].profile.reason = reason
+        return st
+
+    dropped = f"{racing.OUT}behind onnx on onnxruntime-cpu in each of the last 5 interleaved rounds"
+    assert select_best(status(dropped), no_profile=False).separated is True
+    assert select_best(status("30 rounds left onnx, onnx-optimized not separated"), no_profile=False).separated is False
 
 
 def test_contenders_within_two_percent_end_the_race_as_a_tie():
@@ -246,7 +283,7 @@ def test_contenders_within_two_percent_end_the_race_as_a_tie():
     assert "within 2% of each other" in result.reason and "a tie" in result.reason
     assert result.leader == "a" and entrants[0].out is None and entrants[1].out is None
     entrants = _entrants(("a", 100.0, 0.04), ("b", 97.0, 0.04))
-    result = race(entrants, _windows({"a": [98.0, 102.0], "b": [95.0, 99.0]}), budget_s=2.0, clock=_clock(0.1))
+    result = race(entrants, _windows({"a": [98.0, 102.0], "b": [99.0, 95.0]}), budget_s=2.0, clock=_clock(0.1))
     assert not result.settled and "budget of 2 s ended the race" in result.reason
 
 
