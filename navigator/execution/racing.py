@@ -52,6 +52,8 @@ RACE_LAST = 5               # the spread of a contender's race figure: over its 
 # onnxruntime optimised the first at load) raced all 30 rounds, a third of the run's wall time.
 RACE_TIE = 0.02
 RACE_TIE_ROUNDS = 6
+# ... or whose last RACE_PAIRED rounds, paired, put them within RACE_TIE on the mean ratio (paired_tie): drift too wide for stable figures no longer keeps such a pair racing to the budget
+# (two ONNX graphs of one CNN, the same kernels: 21 and 30 rounds at load 1-2).
 # The paired rule: a contender whose window was slower than the leader's in each of the last
 # RACE_PAIRED rounds (1 chance in 32 for two equal runners), by RACE_TIE or more in the median
 # round, is out. Each round measures both moments apart, so drift of the machine -- what widens
@@ -132,19 +134,36 @@ class RaceResult:
     entrants: dict[str, Entrant] = field(default_factory=dict)
 
 
-def paired_lead(lead: Entrant, other: Entrant) -> float | None:
-    """The median ratio of ``lead``'s window throughput to ``other``'s over the last
-    :data:`RACE_PAIRED` rounds, when ``lead`` was faster in each of them and by at least
-    :data:`RACE_TIE` in the median; else None. Both raced every round so far (entrants only
-    leave), so their windows pair up by round."""
+def paired_ratios(lead: Entrant, other: Entrant) -> list[float] | None:
+    """``lead``'s window throughput over ``other``'s in each of the last :data:`RACE_PAIRED`
+    rounds, sorted; None before there are that many. Both raced every round so far (entrants
+    only leave), so their windows pair up by round."""
     n = RACE_PAIRED
     if len(lead.windows) < n or len(other.windows) != len(lead.windows):
         return None
     ratios = sorted(a.throughput / b.throughput for a, b in zip(lead.windows[-n:], other.windows[-n:])
                     if b.throughput > 0)
-    if len(ratios) < n or ratios[0] <= 1.0 or ratios[n // 2] < 1.0 + RACE_TIE:
+    return ratios if len(ratios) == n else None
+
+
+def paired_lead(lead: Entrant, other: Entrant) -> float | None:
+    """The median of :func:`paired_ratios` when ``lead`` was faster in each of those rounds
+    and by at least :data:`RACE_TIE` in the median one; else None."""
+    ratios = paired_ratios(lead, other)
+    if ratios is None or ratios[0] <= 1.0 or ratios[len(ratios) // 2] < 1.0 + RACE_TIE:
         return None
-    return ratios[n // 2]
+    return ratios[len(ratios) // 2]
+
+
+def paired_tie(lead: Entrant, other: Entrant) -> bool:
+    """``lead`` and ``other`` within :data:`RACE_TIE` of each other on the mean of the last
+    rounds' ratios: a tie that the machine's drift cannot hide (it cancels in each round's
+    ratio, while it keeps the window ranges too wide for the figures' tie rule)."""
+    ratios = paired_ratios(lead, other)
+    if ratios is None:
+        return False
+    mean = sum(ratios) / len(ratios)
+    return 1.0 / (1.0 + RACE_TIE) <= mean <= 1.0 + RACE_TIE
 
 
 def contenders(screened: list[Entrant]) -> list[Entrant]:
@@ -195,8 +214,9 @@ def race(entrants: list[Entrant], window: Callable[[Entrant], Window], budget_s:
             if len(live) == 1:
                 result.settled = True
                 return result
-            if result.rounds >= RACE_TIE_ROUNDS and all(lt <= figures[e.name][0] * (1.0 + RACE_TIE)
-                                                         and not unstable(figures[e.name][1]) for e in live):
+            if result.rounds >= RACE_TIE_ROUNDS and (
+                    all(lt <= figures[e.name][0] * (1.0 + RACE_TIE) and not unstable(figures[e.name][1]) for e in live)
+                    or all(paired_tie(lead, e) for e in live if e is not lead)):
                 result.reason = (f"{', '.join(e.name for e in live)} within {RACE_TIE:.0%} of each other after "
                                  f"{result.rounds} interleaved rounds: a tie, more windows would not separate them")
                 return result
