@@ -205,7 +205,9 @@ def _pause(wake_fd: int | None) -> None:
         return
     import select
 
-    if select.select([wake_fd], [], [], POLL_S)[0]:
+    poller = select.poll()   # not select(): a descriptor may be >= 1024 in a process with many files
+    poller.register(wake_fd, select.POLLIN)
+    if poller.poll(POLL_S * 1000):
         try:
             os.read(wake_fd, 4096)
         except BlockingIOError:

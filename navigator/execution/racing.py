@@ -17,7 +17,7 @@ separated from the leader are the contenders; their windows are then measured in
 turn (one window of each, round after round, so drift of the machine hits all of
 them alike) until the leader is separated from every other contender -- each
 dropped as soon as it is, or as soon as it lost each of the last rounds to the leader
-(:func:`paired_lead`) -- or those left are within :data:`RACE_TIE` of each other
+(:func:`paired_lead`); the order alternates round by round -- or those left are within :data:`RACE_TIE` of each other
 (a tie), or the budget ends, which the result says. The driver
 takes the window function and the clock as arguments: the worker passes real ones,
 the unit tests deterministic ones.
@@ -55,8 +55,9 @@ RACE_TIE_ROUNDS = 6
 # ... or whose last RACE_PAIRED rounds, paired, put them within RACE_TIE on the mean ratio (paired_tie): drift too wide for stable figures no longer keeps such a pair racing to the budget
 # (two ONNX graphs of one CNN, the same kernels: 21 and 30 rounds at load 1-2).
 # The paired rule: a contender whose window was slower than the leader's in each of the last
-# RACE_PAIRED rounds (1 chance in 32 for two equal runners), by RACE_TIE or more in the median
-# round, is out. Each round measures both moments apart, so drift of the machine -- what widens
+# RACE_PAIRED rounds, by RACE_TIE or more in the median round and on the mean, is out (two equal
+# runners: one of them wins all 5 rounds 1 time in 16, and rarely by 2% on both counts; the order
+# of the contenders alternates from round to round, so being measured first is no lead). Each round measures both moments apart, so drift of the machine -- what widens
 # the window ranges on a busy machine -- cancels in the ratio. The range rule alone took 14-15
 # rounds to settle TorchScript 1.07x ahead of torch.compile on the transformer block (load 1.3-1.9
 # on 2 cores, window spreads 0.05-0.08), three quarters of a 17 s run.
@@ -148,9 +149,11 @@ def paired_ratios(lead: Entrant, other: Entrant) -> list[float] | None:
 
 def paired_lead(lead: Entrant, other: Entrant) -> float | None:
     """The median of :func:`paired_ratios` when ``lead`` was faster in each of those rounds
-    and by at least :data:`RACE_TIE` in the median one; else None."""
+    and by at least :data:`RACE_TIE` in the median one and on the mean (never a
+    :func:`paired_tie`); else None."""
     ratios = paired_ratios(lead, other)
-    if ratios is None or ratios[0] <= 1.0 or ratios[len(ratios) // 2] < 1.0 + RACE_TIE:
+    if ratios is None or ratios[0] <= 1.0 or ratios[len(ratios) // 2] < 1.0 + RACE_TIE \
+            or sum(ratios) / len(ratios) <= 1.0 + RACE_TIE:
         return None
     return ratios[len(ratios) // 2]
 
@@ -194,7 +197,9 @@ def race(entrants: list[Entrant], window: Callable[[Entrant], Window], budget_s:
         return result
     deadline = clock() + budget_s
     while True:
-        for e in live:
+        # alternate the order: what being measured first (or right after the other process) does
+        # to a window falls on each contender in turn, not on the same one every round
+        for e in (live if result.rounds % 2 == 0 else live[::-1]):
             e.windows.append(window(e))
         result.rounds += 1
         if all(len(e.windows) >= RACE_MIN_WINDOWS for e in live):

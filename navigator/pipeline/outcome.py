@@ -36,14 +36,22 @@ def select_best(st: Status, *, no_profile: bool) -> Best | None:
             best.margin = round(peak.throughput / p2.throughput, 4) if p2.throughput else None
             floor = _floor(st.formats[key], peak, st.formats[k2], p2)
             best.separated = racing.separated(peak.throughput, peak.spread, p2.throughput, p2.spread, floor)
-            if peak.raced and p2.raced:   # raced side by side: the race's verdict (its paired rule too)
+            raced = bool(peak.raced and p2.raced)
+            if raced:   # raced side by side: the race's verdict (its paired rule too)
                 best.separated = (st.formats[k2].runners[r2].profile.reason or "").startswith(racing.OUT)
         else:
-            floor = racing.SPREAD_FLOOR
-        best.note = trust_note(best, profile, floor)
+            floor, raced = racing.SPREAD_FLOOR, False
+        best.note = trust_note(best, profile, floor, raced)
         return best
     key, rkey, _ = min(candidates, key=lambda c: formats.preference_rank(c[0]))
     return Best(key=key, runner=rkey, basis="preference")
+
+
+def _screened_by_caller(fs) -> bool:
+    """A live source's own runners: only the calling process can run them, so it screens them.
+    (Its children are exported in the calling process too -- ``isolated: false`` -- but their
+    runners are screened by the race worker.)"""
+    return fs.parent is None and fs.isolated is False
 
 
 def _floor(fs, peak, fs2, p2) -> float:
@@ -52,10 +60,10 @@ def _floor(fs, peak, fs2, p2) -> float:
     process, a format's in the worker), not side by side in the race."""
     if peak.raced and p2.raced:
         return racing.SPREAD_FLOOR
-    return racing.CROSS_FLOOR if fs.isolated != fs2.isolated else racing.SPREAD_FLOOR
+    return racing.CROSS_FLOOR if _screened_by_caller(fs) != _screened_by_caller(fs2) else racing.SPREAD_FLOOR
 
 
-def trust_note(best: Best, profile, floor: float = racing.SPREAD_FLOOR) -> str | None:
+def trust_note(best: Best, profile, floor: float = racing.SPREAD_FLOOR, raced: bool = False) -> str | None:
     """Why ``best`` is not a pick to trust (unstable, or not separated from the runner-up), or None."""
     notes = []
     if best.stable is False:
@@ -65,9 +73,12 @@ def trust_note(best: Best, profile, floor: float = racing.SPREAD_FLOOR) -> str |
             notes.append(f"unstable: {profile.reason or 'its profile did not settle'}")
     if best.separated is False and best.runner_up is not None:
         ru = best.runner_up
-        need = racing.needed_margin(best.spread, ru.spread, floor)
-        notes.append(f"not separated from {ru.key} on {ru.runner}: {best.margin:.2f}x ahead, within the "
-                     f"windows' spread (needs > {need:.2f}x)")
+        if raced:
+            notes.append(f"not separated from {ru.key} on {ru.runner} in the race: {best.margin:.2f}x ahead")
+        else:
+            need = racing.needed_margin(best.spread, ru.spread, floor)
+            notes.append(f"not separated from {ru.key} on {ru.runner}: {best.margin:.2f}x ahead, within the "
+                         f"windows' spread (needs > {need:.2f}x)")
     return "; ".join(notes) or None
 
 

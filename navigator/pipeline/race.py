@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import time
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,19 +119,26 @@ def _peer_window(ctx: RunContext, event) -> None:
     """Measure one window of a peer on this thread, as the race worker asked, write it to
     ``race_reply`` and wake the worker. Nothing else runs meanwhile: the worker waits."""
     from navigator.execution.profiling import ProfileSettings, batch_of
-    from navigator.execution.race_job import race_window
+    from navigator.execution.race_job import PEER_WAIT_S, race_window
     from navigator.execution.stages import rename
+    from navigator.pipeline.dispatch import StageTimeout, _timeout_here
     from navigator.workspace import npz
     from navigator.workspace.atomic import write_text
 
+    # --timeout (at most the worker's wait) bounds the window as a stage, as far as a thread allows
+    limit = min(ctx.config.timeout or PEER_WAIT_S, PEER_WAIT_S)
     try:
-        peer = ctx.race_peers[f"{event.key} on {event.runner}"]
-        if peer.infer is None:
-            peer.infer, _ = peer.runner.profiling_infer()
-            peer.sample = rename(npz.load(ctx.ws.input_files()[0]), peer.io_names)
-        batch_dim, size = peer.task.profile.batch_dim, event.result["batch_size"]
-        feed = peer.sample if batch_dim is None else batch_of(peer.sample, batch_dim, size)
-        reply = PeerWindow(latencies=race_window(peer.infer, feed, ProfileSettings(**event.result["settings"])))
+        with _timeout_here(limit, types.SimpleNamespace(open_stage=event, stage_start=time.monotonic())):
+            peer = ctx.race_peers[f"{event.key} on {event.runner}"]
+            if peer.infer is None:
+                peer.infer, _ = peer.runner.profiling_infer()
+                peer.sample = rename(npz.load(ctx.ws.input_files()[0]), peer.io_names)
+            batch_dim, size = peer.task.profile.batch_dim, event.result["batch_size"]
+            feed = peer.sample if batch_dim is None else batch_of(peer.sample, batch_dim, size)
+            reply = PeerWindow(latencies=race_window(peer.infer, feed, ProfileSettings(**event.result["settings"])))
+    except StageTimeout:   # a BaseException, as for a stage: the race ends, the run goes on
+        log.warning("race window of %s on %s: timed out after %g s", event.key, event.runner, limit)
+        reply = PeerWindow(error=f"timed out after {limit:g} s (--timeout)")
     except Exception as e:
         log.exception("race window of %s on %s", event.key, event.runner)
         reply = PeerWindow(error=f"{type(e).__name__}: {e}")
@@ -220,6 +228,8 @@ def _run_race(ctx: RunContext, isolation) -> None:
     finally:
         if ask is not None:
             os.close(ask)
+            for path in (ctx.ws.race_wake, ctx.ws.race_ask):
+                path.unlink(missing_ok=True)
     ctx.timings.setdefault("workers", []).append(("race", time.perf_counter() - start, {}))
     log.info("race worker: %.2f s, peak RSS %s MiB", time.perf_counter() - start, outcome.peak_rss_mb)
     if not outcome.reason:
