@@ -85,6 +85,13 @@ class _Entry:
         return self.spec.key
 
 
+def _entrant(name: str, results: list[dict], caller: bool = False) -> racing.Entrant:
+    """The race entrant of a screening: at its peak's batch size, with the peak's figure."""
+    peak = max(results, key=lambda r: r["throughput"])
+    return racing.Entrant(name=name, batch_size=peak["batch_size"], screen_throughput=peak["throughput"],
+                          screen_spread=peak.get("spread"), caller=caller)
+
+
 class _Peer:
     """A :class:`RacePeer` in the race: figures as the calling process screened them; its
     windows come from the calling process (:class:`_Caller`)."""
@@ -95,10 +102,8 @@ class _Peer:
         self.peer, self.key, self.rkey, self.name = peer, peer.key, peer.runner, peer.name
         self.record = {k: peer.profile.get(k) for k in ("stable", "results", "reason", "phase")}
         self.duration_s = peer.duration_s
-        peak = max(self.record["results"], key=lambda r: r["throughput"])
-        self.io = peak.get("io")
-        self.entrant = racing.Entrant(name=self.name, batch_size=peak["batch_size"], caller=True,
-                                      screen_throughput=peak["throughput"], screen_spread=peak.get("spread"))
+        self.entrant = _entrant(self.name, self.record["results"], caller=True)
+        self.io = self.record["results"][0].get("io")   # the runner's: the same at every batch size
 
 
 class _Caller:
@@ -133,13 +138,8 @@ class _Caller:
                 os.write(self.ask, b"\n")
             except OSError:   # the parent reads the event at its next poll anyway
                 pass
-        deadline = time.monotonic() + PEER_WAIT_S
-        while True:
-            ready, _, _ = select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))
-            if ready:
-                break
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"the calling process did not measure {peer.name} within {PEER_WAIT_S:g} s")
+        if not select.select([self.fd], [], [], PEER_WAIT_S)[0]:   # (a signal does not cut it short: PEP 475)
+            raise TimeoutError(f"the calling process did not measure {peer.name} within {PEER_WAIT_S:g} s")
         os.read(self.fd, 4096)
         reply = PeerWindow.from_dict(json.loads(self.ws.race_reply.read_text(encoding="utf-8")))
         if reply.error or not reply.latencies:
@@ -189,10 +189,9 @@ def _unload(entry: _Entry) -> None:
 
 
 def _sample(ws, task: Task) -> dict:
-    from navigator.execution.stages import rename
-    from navigator.workspace import npz
+    from navigator.execution.stages import stored_sample
 
-    return rename(npz.load(ws.input_files()[0]), task.io_names)
+    return stored_sample(ws, task.io_names)
 
 
 def _settings(task: Task, sample: dict, **over):
@@ -277,9 +276,7 @@ def run_race(ws, events, job: Job) -> int:
         entry.duration_s = result["duration_s"] = round(time.perf_counter() - t0, 4)
         events.emit(Event(task=entry.index, key=key, stage="profile", runner=rkey, event="end", result=result))
         if entry.record and entry.record["results"]:
-            peak = max(entry.record["results"], key=lambda r: r["throughput"])
-            entry.entrant = racing.Entrant(name=entry.name, batch_size=peak["batch_size"],
-                                           screen_throughput=peak["throughput"], screen_spread=peak.get("spread"))
+            entry.entrant = _entrant(entry.name, entry.record["results"])
     screened = [e for e in entries if e.entrant is not None] + peers
     names = {e.entrant.name: e for e in screened}
     chosen = [names[c.name] for c in racing.contenders([e.entrant for e in screened])]

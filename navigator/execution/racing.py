@@ -15,10 +15,10 @@ exceeds :data:`UNSTABLE_SPREAD` is **unstable**: it is kept, and said so.
 The race (:func:`race`): every candidate was *screened* (a short sweep); those not
 separated from the leader are the contenders; their windows are then measured in
 turn (one window of each, round after round, so drift of the machine hits all of
-them alike) until the leader is separated from every other contender -- each
-dropped as soon as it is, or as soon as it lost each of the last rounds to the leader
-(:func:`paired_lead`); the order alternates round by round -- or those left are within :data:`RACE_TIE` of each other
-(a tie), or the budget ends, which the result says. The driver
+them alike; the order alternates round by round) until the leader is separated from
+every other contender -- each dropped as soon as it is, or as soon as it lost each of the
+last rounds to the leader (:func:`paired_lead`) -- or those left are within
+:data:`RACE_TIE` of each other (a tie), or the budget ends, which the result says. The driver
 takes the window function and the clock as arguments: the worker passes real ones,
 the unit tests deterministic ones.
 """
@@ -52,15 +52,17 @@ RACE_LAST = 5               # the spread of a contender's race figure: over its 
 # onnxruntime optimised the first at load) raced all 30 rounds, a third of the run's wall time.
 RACE_TIE = 0.02
 RACE_TIE_ROUNDS = 6
-# ... or whose last RACE_PAIRED rounds, paired, put them within RACE_TIE on the mean ratio (paired_tie): drift too wide for stable figures no longer keeps such a pair racing to the budget
+# ... or whose last RACE_PAIRED rounds, paired, put them within RACE_TIE on the mean ratio
+# (paired_tie): drift too wide for stable figures no longer keeps such a pair racing to the budget
 # (two ONNX graphs of one CNN, the same kernels: 21 and 30 rounds at load 1-2).
 # The paired rule: a contender whose window was slower than the leader's in each of the last
 # RACE_PAIRED rounds, by RACE_TIE or more in the median round and on the mean, is out (two equal
 # runners: one of them wins all 5 rounds 1 time in 16, and rarely by 2% on both counts; the order
-# of the contenders alternates from round to round, so being measured first is no lead). Each round measures both moments apart, so drift of the machine -- what widens
-# the window ranges on a busy machine -- cancels in the ratio. The range rule alone took 14-15
-# rounds to settle TorchScript 1.07x ahead of torch.compile on the transformer block (load 1.3-1.9
-# on 2 cores, window spreads 0.05-0.08), three quarters of a 17 s run.
+# of the contenders alternates from round to round, so being measured first is no lead). Each
+# round measures both moments apart, so drift of the machine -- what widens the window ranges on a
+# busy machine -- cancels in the ratio. The range rule alone took 14-15 rounds to settle TorchScript
+# 1.07x ahead of torch.compile on the transformer block (load 1.3-1.9 on 2 cores, window spreads
+# 0.05-0.08), three quarters of a 17 s run.
 RACE_PAIRED = 5
 OUT = "out of the race: "   # a profile's reason for a contender the race dropped (best reads it)
 
@@ -172,8 +174,8 @@ def paired_tie(lead: Entrant, other: Entrant) -> bool:
 def contenders(screened: list[Entrant]) -> list[Entrant]:
     """The leader by screening throughput and every entrant not separated from it (by
     :data:`CROSS_FLOOR` at least when one was screened by the calling process and the other by
-    the worker), or whose screening figure is unstable: windows that varied by more than 10% were disturbed, and
-    their level may be too (a TorchScript transformer block screened at 9.6k/s, spread 0.21,
+    the worker), or whose screening figure is unstable: windows that varied by more than 10%
+    were disturbed, and their level may be too (a TorchScript transformer block screened at 9.6k/s, spread 0.21,
     then ran at 40k/s), so such a figure cannot rule its runner out; the race measures it."""
     if not screened:
         return []

@@ -20,6 +20,14 @@ def rename(tensors: dict, mapping: dict) -> dict:
     return {mapping.get(k, k): v for k, v in tensors.items()}
 
 
+def stored_sample(ws, io_names: dict) -> dict:
+    """The first stored input batch, its tensors named as the format names them: what a profile
+    (and a race window) feeds."""
+    from navigator.workspace import npz
+
+    return rename(npz.load(ws.input_files()[0]), io_names)
+
+
 def _runner_options(task: Task, spec: RunnerTask, io_names: dict, live: Any) -> dict:
     options = dict(spec.options)
     options.setdefault("inputs", [io_names.get(n, n) for n in task.input_names])
@@ -233,7 +241,6 @@ def verdict(checks: dict[str, dict]) -> dict:
 
 def run_profile(ws, task: Task, runner, io_names: dict) -> dict:
     from navigator.execution.profiling import ProfileSettings, sweep
-    from navigator.workspace import npz
 
     prof = task.profile
     settings = ProfileSettings(**prof.settings)
@@ -241,7 +248,7 @@ def run_profile(ws, task: Task, runner, io_names: dict) -> dict:
         from navigator.execution.race_job import SCREEN, SCREEN_BUDGET_S
 
         settings = ProfileSettings(**(prof.settings | SCREEN | {"budget_s": min(settings.budget_s, SCREEN_BUDGET_S)}))
-    sample = rename(npz.load(ws.input_files()[0]), io_names)
+    sample = stored_sample(ws, io_names)
     if settings.batch_sizes == [0] and prof.batch_dim is not None:   # static shapes: the sample's batch
         own = next(iter(sample.values())).shape[prof.batch_dim]
         settings.batch_sizes, settings.max_batch_size = [own], max(own, settings.max_batch_size)

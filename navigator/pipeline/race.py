@@ -16,6 +16,7 @@ interleaved as the worker's own are."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -104,7 +105,7 @@ def release_peers(ctx: RunContext) -> None:
 def _race_peers(ctx: RunContext) -> list[RacePeer]:
     """The kept runners whose screening gave figures, as the race job's peers."""
     out = []
-    for name, peer in ctx.race_peers.items():
+    for peer in ctx.race_peers.values():
         prof = ctx.status.formats[peer.task.key].runners[peer.spec.key].profile
         if prof.status != "ok" or not prof.results:
             continue
@@ -120,9 +121,8 @@ def _peer_window(ctx: RunContext, event) -> None:
     ``race_reply`` and wake the worker. Nothing else runs meanwhile: the worker waits."""
     from navigator.execution.profiling import ProfileSettings, batch_of
     from navigator.execution.race_job import PEER_WAIT_S, race_window
-    from navigator.execution.stages import rename
+    from navigator.execution.stages import stored_sample
     from navigator.pipeline.dispatch import StageTimeout, _timeout_here
-    from navigator.workspace import npz
     from navigator.workspace.atomic import write_text
 
     # --timeout (at most the worker's wait) bounds the window as a stage, as far as a thread allows
@@ -132,7 +132,7 @@ def _peer_window(ctx: RunContext, event) -> None:
             peer = ctx.race_peers[f"{event.key} on {event.runner}"]
             if peer.infer is None:
                 peer.infer, _ = peer.runner.profiling_infer()
-                peer.sample = rename(npz.load(ctx.ws.input_files()[0]), peer.io_names)
+                peer.sample = stored_sample(ctx.ws, peer.io_names)
             batch_dim, size = peer.task.profile.batch_dim, event.result["batch_size"]
             feed = peer.sample if batch_dim is None else batch_of(peer.sample, batch_dim, size)
             reply = PeerWindow(latencies=race_window(peer.infer, feed, ProfileSettings(**event.result["settings"])))
@@ -154,19 +154,28 @@ def _peer_window(ctx: RunContext, event) -> None:
         os.close(fd)
 
 
-def open_peer_channel(ws) -> int:
+@contextlib.contextmanager
+def peer_channel(ws):
     """The FIFOs of a race with peers (race_job._Caller), made anew -- never a file or link an
-    earlier run left at their paths: ``race_wake``, which the worker waits on for a peer's
-    window, and ``race_ask``, which wakes this process when the worker asks for one. Returns
-    ``race_ask``'s descriptor, held open for reading and writing (the worker's non-blocking
-    open finds a reader; :func:`isolation.run_worker`'s ``wake_fd``); the caller closes it."""
+    earlier run left at their paths -- and removed afterwards: ``race_wake``, which the worker
+    waits on for a peer's window, and ``race_ask``, which wakes this process when the worker asks
+    for one. Yields ``race_ask``'s descriptor, held open for reading and writing (the worker's
+    non-blocking open finds a reader; :func:`isolation.run_worker`'s ``wake_fd``)."""
     ws.jobs_dir.mkdir(parents=True, exist_ok=True)
     for path in (ws.race_wake, ws.race_ask, ws.race_reply):
         if path.is_symlink() or path.exists():
             path.unlink()
-    os.mkfifo(ws.race_wake, 0o600)
-    os.mkfifo(ws.race_ask, 0o600)
-    return os.open(ws.race_ask, os.O_RDWR | os.O_NONBLOCK)
+    try:
+        os.mkfifo(ws.race_wake, 0o600)
+        os.mkfifo(ws.race_ask, 0o600)
+        fd = os.open(ws.race_ask, os.O_RDWR | os.O_NONBLOCK)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+    finally:
+        for path in (ws.race_wake, ws.race_ask):
+            path.unlink(missing_ok=True)
 
 
 def race_tasks(ctx: RunContext) -> list[Task]:
@@ -205,31 +214,25 @@ def run_race(ctx: RunContext) -> None:
 def _run_race(ctx: RunContext, isolation) -> None:
     tasks = race_tasks(ctx)
     ctx.race_pending.clear()
-    peers, ask = _race_peers(ctx), None
-    if peers:
-        try:
-            ask = open_peer_channel(ctx.ws)
-        except OSError as e:   # a file system without FIFOs: their screening figures only
-            log.warning("the live module's runners are not raced (%s): their screening figures stand", e)
-            peers = []
-    if not tasks and len(peers) < 2:
-        if ask is not None:
-            os.close(ask)
-        return
-    job = Job(workspace=str(ctx.ws.root), events=str(ctx.ws.events_file("race")), tasks=tasks, race=True,
-              parent_pid=os.getpid(), race_peers=peers)
-    ctx.process_starts += 1
-    start = time.perf_counter()
-    try:
+    peers = _race_peers(ctx)
+    with contextlib.ExitStack() as stack:
+        ask = None
+        if peers and (tasks or len(peers) > 1):
+            try:
+                ask = stack.enter_context(peer_channel(ctx.ws))
+            except OSError as e:   # a file system without FIFOs: their screening figures only
+                log.warning("the live module's runners are not raced (%s): their screening figures stand", e)
+                peers = []
+        if not tasks and len(peers) < 2:
+            return
+        job = Job(workspace=str(ctx.ws.root), events=str(ctx.ws.events_file("race")), tasks=tasks, race=True,
+                  parent_pid=os.getpid(), race_peers=peers)
+        ctx.process_starts += 1
+        start = time.perf_counter()
         outcome = isolation.run_worker(job, ctx.ws.job_file("race"), ctx.ws.race_log,
                                        stage_timeout_s=ctx.config.timeout, on_event=lambda e: _apply(ctx, e),
                                        memory_limit_gb=ctx.config.worker_memory_gb, forkserver=ctx.forkserver,
                                        wake_fd=ask)
-    finally:
-        if ask is not None:
-            os.close(ask)
-            for path in (ctx.ws.race_wake, ctx.ws.race_ask):
-                path.unlink(missing_ok=True)
     ctx.timings.setdefault("workers", []).append(("race", time.perf_counter() - start, {}))
     log.info("race worker: %.2f s, peak RSS %s MiB", time.perf_counter() - start, outcome.peak_rss_mb)
     if not outcome.reason:

@@ -82,7 +82,6 @@ def _race_with_peers(tmp_path, runners: dict):
     """Run the real race worker on a job of peers only, equal by screening (so both are
     contenders whatever the machine does), answering its window requests from this process
     as a run does (navigator.pipeline.race._peer_window). Returns the events."""
-    import os
     import types
 
     import numpy as np
@@ -105,7 +104,6 @@ def _race_with_peers(tmp_path, runners: dict):
         task = types.SimpleNamespace(key="torch", profile=types.SimpleNamespace(batch_dim=0, settings=settings))
         ctx.race_peers[f"torch on {rkey}"] = race.LivePeer(task, types.SimpleNamespace(key=rkey), runner, {})
         peers.append(RacePeer(key="torch", runner=rkey, profile=screening, settings=settings, duration_s=0.5))
-    ask = race.open_peer_channel(ws)
     job = Job(workspace=str(ws.root), events=str(ws.events_file("race")), race=True, race_peers=peers)
     seen = []
 
@@ -114,12 +112,11 @@ def _race_with_peers(tmp_path, runners: dict):
         if event.event == "window":
             race._peer_window(ctx, event)
 
-    try:
+    with race.peer_channel(ws) as ask:
         outcome = isolation.run_worker(job, ws.job_file("race"), ws.race_log, stage_timeout_s=60, on_event=on_event,
                                        wake_fd=ask)
-    finally:
-        os.close(ask)
     assert outcome.returncode == 0 and not outcome.reason, (outcome.reason, outcome.log_tail)
+    assert not ws.race_wake.exists() and not ws.race_ask.exists()   # the FIFOs are removed afterwards
     return seen
 
 
