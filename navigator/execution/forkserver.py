@@ -18,7 +18,8 @@ What stays exactly as with a fresh worker:
 * **Memory limit and peak.** The parent watches the child's unreclaimable memory (with its
   descendants') as it does a fresh worker's (:mod:`navigator.execution.isolation`); the pages it
   shares copy-on-write with the server count as they would in a fresh worker that imported the
-  same modules. Its peak resident set comes from the server's ``wait4``.
+  same modules. Its peak resident set comes from the server's ``wait4``, or, for a child that ends
+  by itself, from its own ``getrusage`` right before it exits (the same figure).
 * **Environment.** The child takes the environment of the run at the time of the job, its
   working directory, stdin from /dev/null, stdout and stderr into the job's log. Thread counts
   that a library reads at import (``OMP_NUM_THREADS`` for torch) are those of the server's start;
@@ -45,7 +46,8 @@ Protocol (no file on disk: two socket pairs, ``SOCK_SEQPACKET``, so each message
 the run sends ``{"job", "env", "cwd"}`` on the control socket with two file descriptors, a job
 socket and the job's log; the server forks, answers ``{"pid"}`` on that job socket, and once the
 child has ended ``{"exit", "maxrss_kb"}`` (exit as :class:`subprocess.Popen` gives it: the
-negative signal number for a signal).
+negative signal number for a signal). A child that ends by itself says the same first, on its
+copy of the job socket, right before ``os._exit``; the run takes the first word it reads.
 """
 
 from __future__ import annotations
@@ -72,7 +74,12 @@ BASE_PRELOAD = ("numpy", "onnx", "polygraphy.backend.onnxrt", "navigator.executi
                 "navigator.execution.stages", "navigator.execution.profiling")
 ZOMBIE_WAIT_S = 1.0    # how long an ended worker's exit waits for the server's word before /proc's
 SPAWN_WAIT_S = 120.0   # the longest a job waits for the server to fork it (it forks between two imports)
-TORCH_PRELOAD = ("torch", "torch.export", "torch._dynamo", "torch._inductor.compile_fx", "torch.onnx",
+# torch.export.load alone imports much of dynamo and inductor (0.8 s): every worker that loads an
+# ExportedProgram needs them. The ONNX exporter and onnxscript's torch ops come after (0.1 s and 0.3 s
+# more then): torch.onnx itself is lazy, and each conversion to ONNX imported them itself, on the
+# critical path of a live module's run (its ONNX graph is converted from the ExportedProgram).
+TORCH_PRELOAD = ("torch", "torch.export", "torch._dynamo", "torch._inductor.compile_fx",
+                 "torch.onnx._internal.exporter._core", "onnxscript.function_libs.torch_lib.ops",
                  "navigator.runners.torch")
 TORCH_SUFFIXES = (".py", ".pt", ".pt2", ".pth", ".ts", ".bin", ".safetensors")
 
@@ -87,9 +94,9 @@ def available() -> bool:
 
 def preload_for(model, config) -> list[str]:
     """The modules a run's workers will import, as far as the model tells before it is opened:
-    always NumPy, ONNX, Polygraphy and Navigator's stages; torch and its compiler for a torch source
-    (a live module, a ``file.py:factory``, a checkpoint, a Hugging Face folder) or a torch target;
-    transformers for a Hugging Face folder. Never a module that starts a thread at import
+    always NumPy, ONNX, Polygraphy and Navigator's stages; torch, its compiler and its ONNX exporter
+    for a torch source (a live module, a ``file.py:factory``, a checkpoint, a Hugging Face folder) or
+    a torch target; transformers for a Hugging Face folder. Never a module that starts a thread at import
     (onnxruntime, OpenVINO, TensorFlow): a fork copies only the forking thread, and a lock another
     thread held at that moment would stay locked in the child."""
     import importlib.util
@@ -120,7 +127,7 @@ class ForkedWorker:
         self._peak_mb: float | None = None
 
     def reap(self, *, block: bool) -> tuple[int | None, float | None]:
-        """(exit code, peak RSS MiB) once the server has reaped the child, (None, None) while it runs."""
+        """(exit code, peak RSS MiB) once the child or the server said it ended, (None, None) while it runs."""
         if self.returncode is not None:
             return self.returncode, self._peak_mb
         if block:   # never wait on the server alone: it answers only between two imports
@@ -155,11 +162,16 @@ class ForkedWorker:
             if self.returncode is None:
                 self.returncode = -signal.SIGKILL
         else:
-            message = json.loads(data)
-            self.returncode = int(message["exit"])
-            self._peak_mb = round(message["maxrss_kb"] / 1024, 1)
+            self.ended(json.loads(data))
+            return self.returncode, self._peak_mb
         self._sock.close()
         return self.returncode, self._peak_mb
+
+    def ended(self, message: dict) -> None:
+        """The child's end as its ``{"exit", "maxrss_kb"}`` word says (the child's own or the server's)."""
+        self.returncode = int(message["exit"])
+        self._peak_mb = round(message["maxrss_kb"] / 1024, 1)
+        self._sock.close()
 
 
 def _abandon(sock: socket.socket) -> None:
@@ -288,7 +300,10 @@ class ForkServer:
             _abandon(ours)
             why = message.get("refused") or f"it ended, or took more than {SPAWN_WAIT_S:g} s"
             raise ServerGone(f"the fork server did not fork the job ({why})")
-        return ForkedWorker(int(message["pid"]), ours)
+        worker = ForkedWorker(int(message["pid"]), ours)
+        if "exit" in message:   # the child's last word came before the server's (_last_word)
+            worker.ended(message)
+        return worker
 
     def close(self) -> None:
         """End the server and reap it. Closing the control socket makes it kill any child still
@@ -459,7 +474,6 @@ def _child(request: dict, ctl: socket.socket, job_sock: socket.socket, log_fd: i
         os.setpgid(0, 0)   # a process group of its own (the server sets it too: no race with a kill)
         server = os.getppid()
         ctl.close()
-        job_sock.close()
         for sock in children.values():
             sock.close()
         children.clear()
@@ -508,8 +522,24 @@ def _child(request: dict, ctl: socket.socket, job_sock: socket.socket, log_fd: i
             from navigator.execution.processes import kill_descendants
 
             kill_descendants()
+            _last_word(job_sock, code)
         finally:
             os._exit(code)
+
+
+def _last_word(job_sock: socket.socket, code: int) -> None:
+    """The child's own ``{"exit", "maxrss_kb"}``, sent right before it exits: the server reaps a
+    child only between two imports (``import torch._inductor`` takes seconds), and a run waiting
+    for that word held a job slot up to half a second after its worker had ended. The peak is what
+    the server's ``wait4`` would give (the larger of this process's and its reaped children's)."""
+    import resource
+
+    try:
+        peak = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+        job_sock.send(json.dumps({"pid": os.getpid(), "exit": code, "maxrss_kb": peak}).encode(),
+                      getattr(socket, "MSG_NOSIGNAL", 0))
+    except OSError:   # nobody listens any more: the server's word, or /proc's, is the run's
+        pass
 
 
 def set_title(text: str) -> bool:

@@ -168,3 +168,38 @@ def test_a_zombies_exit_status_is_read_without_its_server():
     finally:
         os.waitpid(pid, 0)
     assert forkserver._zombie_exit(pid) is None   # reaped: gone
+
+
+def test_a_worker_says_it_ended_while_its_server_is_importing(tmp_path, monkeypatch):
+    """The server reaps its children only between two imports (torch's compiler takes seconds); a
+    worker that ends says so itself, with its exit code and peak memory, so the run does not hold
+    its job slot until the server is free. Here the job fails at once (no job file) while the server
+    is in a 3 s import: its end and peak come back before that import is over (the server's word,
+    or /proc's after a second's wait without a peak, came only after it)."""
+    import threading
+
+    done, inside = tmp_path / "slow.done", tmp_path / "gate.inside"
+    (tmp_path / "navtest_gate.py").write_text(
+        "import os, pathlib, time\npathlib.Path(os.environ['NAVTEST_INSIDE']).touch()\n"
+        "while not pathlib.Path(os.environ['NAVTEST_GO']).exists():\n    time.sleep(0.01)\n")
+    (tmp_path / "navtest_slow.py").write_text(
+        "import os, pathlib, time\ntime.sleep(3)\npathlib.Path(os.environ['NAVTEST_DONE']).touch()\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("NAVTEST_GO", str(tmp_path / "go"))
+    monkeypatch.setenv("NAVTEST_DONE", str(done))
+    monkeypatch.setenv("NAVTEST_INSIDE", str(inside))
+    server = forkserver.ForkServer(["navtest_gate", "navtest_slow"]).start()
+    try:
+        deadline = time.monotonic() + 30
+        while not inside.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # the request waits in the server's socket while it imports the gate; forked right after, then
+        # the server goes on to the slow import
+        threading.Timer(0.3, (tmp_path / "go").touch).start()
+        with open(tmp_path / "job.log", "ab") as log:
+            worker = server.spawn(tmp_path / "missing-job.json", log, dict(os.environ))
+        code, peak = worker.reap(block=True)
+        assert not done.exists()   # the server is still in its slow import
+        assert code == 1 and peak is not None and peak > 0
+    finally:
+        server.close()
