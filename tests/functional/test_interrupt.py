@@ -69,8 +69,8 @@ class Slow(nn.Module):
         torch.manual_seed(0)
         self.lin = nn.Linear(4, 2)
 
-    def forward(self, x):   # batch 8 on the calling thread: only the profile's sweep runs it there
-        if x.shape[0] == 8 and not torch.jit.is_tracing() and threading.current_thread() is threading.main_thread():
+    def forward(self, x):   # batch 64 on the calling thread: only the profile's sweep runs it there
+        if x.shape[0] == 64 and not torch.jit.is_tracing() and threading.current_thread() is threading.main_thread():
             open(sys.argv[2] + ".measuring", "w").close()
             time.sleep(0.2)
         return self.lin(x)
@@ -79,7 +79,7 @@ rng = np.random.default_rng(0)
 samples = [{"x": rng.standard_normal((3, 4)).astype(np.float32)} for _ in range(2)]
 try:
     navigator.convert(Slow(), samples, workdir=sys.argv[2], targets=["torchscript", "onnx"],
-                      runners=["torch", "torchscript", "onnxruntime"], jobs=int(sys.argv[1]), max_batch_size=16,
+                      runners=["torch", "torchscript", "onnxruntime"], jobs=int(sys.argv[1]), max_batch_size=64,
                       profile_budget_s=60, progress=False)
 except Interrupted as e:
     print("interrupted:", e)

@@ -368,14 +368,14 @@ def test_a_live_module_is_measured_on_the_calling_thread(tmp_path, jobs):
     rng = np.random.default_rng(0)
     samples = [{"x": rng.standard_normal((3, 4)).astype(np.float32)} for _ in range(2)]
     result = navigator.convert(model, samples, workdir=tmp_path / "wd", targets=["torchscript", "onnx"],
-                               runners=["torch", "torchscript", "onnxruntime"], jobs=jobs, max_batch_size=16,
+                               runners=["torch", "torchscript", "onnxruntime"], jobs=jobs, max_batch_size=64,
                                profile_budget_s=2, progress=False)
     rs = result.status.formats["torch"].runners["torch-cpu"]
     assert rs.verify.status == "ok" and rs.profile.status == "ok", (rs.verify, rs.profile)
-    assert 8 in {r.batch_size for r in rs.profile.results}
+    assert 64 in {r.batch_size for r in rs.profile.results}
     here = threading.get_ident()
     assert any(c[0] != here and c[2] for c in model.calls)   # verified in the job's thread
-    measured = [c for c in model.calls if c[1] == 8]    # a size only the profile's sweep runs
+    measured = [c for c in model.calls if c[1] == 64]   # a size only the profile's sweep runs (prepare: 3, 4, 16)
     assert measured and all(c[0] == here and not c[2] for c in measured), measured[:3]
     # its screened runner joins the race as a peer (its windows, if a contender, measured here too)
     job = json.loads((result.workspace / "jobs" / "race.json").read_text())
@@ -385,21 +385,21 @@ def test_a_live_module_is_measured_on_the_calling_thread(tmp_path, jobs):
 
 def test_a_live_profile_on_the_calling_thread_keeps_the_timeout(tmp_path):
     """--timeout bounds a live module's profile measured on the calling thread as it bounded one
-    in the job's thread: a model that turns slow at batch 8 (a shape only the sweep runs) fails
+    in the job's thread: a model that turns slow at batch 64 on the calling thread (only the sweep runs it there) fails
     that profile with the reason, the run goes on and ends."""
     import threading
     import time
 
     import navigator
 
-    class SlowAtEight(nn.Module):
+    class SlowAtSixtyFour(nn.Module):
         def __init__(self):
             super().__init__()
             torch.manual_seed(0)
             self.lin = nn.Linear(4, 2)
 
         def forward(self, x):
-            if x.shape[0] == 8 and not torch.jit.is_tracing() and threading.current_thread() is threading.main_thread():
+            if x.shape[0] == 64 and not torch.jit.is_tracing() and threading.current_thread() is threading.main_thread():
                 for _ in range(200):    # Python bytecode: a StageTimeout can land between the sleeps
                     time.sleep(0.05)
             return self.lin(x)
@@ -407,8 +407,8 @@ def test_a_live_profile_on_the_calling_thread_keeps_the_timeout(tmp_path):
     rng = np.random.default_rng(0)
     samples = [{"x": rng.standard_normal((3, 4)).astype(np.float32)} for _ in range(2)]
     start = time.monotonic()
-    result = navigator.convert(SlowAtEight(), samples, workdir=tmp_path / "wd", targets=["torchscript"],
-                               runners=["torch", "torchscript"], jobs=1, max_batch_size=16, timeout=3,
+    result = navigator.convert(SlowAtSixtyFour(), samples, workdir=tmp_path / "wd", targets=["torchscript"],
+                               runners=["torch", "torchscript"], jobs=1, max_batch_size=64, timeout=3,
                                profile_budget_s=30, progress=False)
     rs = result.status.formats["torch"].runners["torch-cpu"]
     assert rs.verify.status == "ok"

@@ -192,8 +192,12 @@ def test_a_window_of_a_microsecond_model_ends_after_enough_inferences(clock):
 
 
 @pytest.mark.parametrize("rate, measured, peak", [
-    # still gaining at the largest size (the transformer block's every runner): 5 sizes, not 7
-    ({1: 1e3, 2: 1.6e3, 4: 2.5e3, 8: 3.8e3, 16: 4.6e3, 32: 6.4e3, 64: 7.1e3}, [1, 4, 16, 64, 32], 64),
+    # still gaining steeply at the largest size (the transformer block's torch runners, 16 -> 64 by
+    # 30-60%): 4 sizes, not 7 -- 32 between them is not measured
+    ({1: 1e3, 2: 1.6e3, 4: 2.5e3, 8: 3.8e3, 16: 4.6e3, 32: 6.4e3, 64: 7.1e3}, [1, 4, 16, 64], 64),
+    # flattening at the top (16 -> 64 by 10%, the block's onnxruntime runners): 32 is measured, and
+    # here it is the peak
+    ({1: 1e3, 2: 1.6e3, 4: 2.5e3, 8: 3.8e3, 16: 6e3, 32: 6.9e3, 64: 6.6e3}, [1, 4, 16, 64, 32], 32),
     # a peak between the x4 steps (the CNN's onnxruntime runners, at 16 or 32): both neighbours
     ({1: 1e3, 2: 1.8e3, 4: 3e3, 8: 5e3, 16: 7e3, 32: 8e3, 64: 6e3}, [1, 4, 16, 64, 8, 32], 32),
     # past the peak already at 16 (not ahead of 4): stops there, then 2 and 8 round the peak
