@@ -117,7 +117,13 @@ def run_parallel(ctx: RunContext, planned, run_item, waits_for=lambda item: None
             return False
         if item.parent in done or item.parent is None and source in done:
             return True
-        return item.parent == source and ctx.reference_ready.is_set()
+        if item.parent == source:
+            return ctx.reference_ready.is_set()
+        # its parent converted (ok: a failed route is converted again, its status reset first) and now
+        # verifying: the child's conversion needs the artifact only (onnx-optimized beside onnx's
+        # verification, both done before a live module's runners are screened instead of one after)
+        parent = ctx.status.formats.get(item.parent)
+        return item.parent in ctx.converted and parent is not None and parent.convert.status == "ok"
 
     # a thread more for a live source's verification: it runs in this process, beside ctx.jobs format
     # threads (whose in-process conversions it waits for, RunContext.in_process), not after one of them
@@ -143,25 +149,34 @@ def _schedule(ctx: RunContext, pool, one, pending: list, done: set, ready, live_
     else:
         running = {pool.submit(one, pending.pop(0))} if pending else set()
     verifying = None   # the live source's verification: not one of the ctx.jobs format slots (run_parallel)
+    was_quiet = False
     while pending or running or live_source is not None:
         if live_source is not None and all(c.key in done or c.key in ctx.converted for c in children):
             verifying = pool.submit(one, live_source, convert=False)
             running.add(verifying)
             live_source = None
-        for item in [p for p in pending if ready(p)][:max(0, ctx.jobs - len(running - {verifying}))]:
+        ready_now = [p for p in pending if ready(p)]
+        for item in ready_now[:max(0, ctx.jobs - len(running - {verifying}))]:
             pending.remove(item)
             running.add(pool.submit(one, item))
         if not running:   # a parent that was never planned: run the rest in order
             running.add(pool.submit(one, pending.pop(0)))
-        finished, running = _wait_some(ctx, running)
+        # Workers first: a live module's measurement holds every new worker back while it runs, so it
+        # waits until no worker ran for a whole poll and none is ready to start (a format's thread
+        # starts its next worker -- its verification after a conversion -- within the poll). Taken at
+        # once, it held a child's conversion back that could have run beside its parent's verification.
+        quiet = ctx.workers_running == 0 and not ready_now
+        finished, running = _wait_some(ctx, running, measure=quiet and was_quiet)
+        was_quiet = quiet
         done.update(f.result() for f in finished)
 
 
-def _wait_some(ctx: RunContext, futures: set):
-    """Run what the formats' threads handed to this thread (a live module's measurement), then
-    wait a moment for any of ``futures`` (the reference may become ready meanwhile); re-raise
-    the error of one that failed."""
-    ctx.calls.serve()
+def _wait_some(ctx: RunContext, futures: set, measure: bool = True):
+    """Run what the formats' threads handed to this thread (a live module's measurement) when
+    ``measure``, then wait a moment for any of ``futures`` (the reference may become ready
+    meanwhile); re-raise the error of one that failed."""
+    if measure:
+        ctx.calls.serve()
     finished, rest = wait(futures, timeout=0.05, return_when=FIRST_COMPLETED)
     for f in finished:
         if f.exception() is not None:
