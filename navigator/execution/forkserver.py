@@ -5,8 +5,10 @@ A fresh worker is a new interpreter that imports what its job needs: ``import to
 plus the race worker. So a run starts one server (``python -P -m navigator._forkserver``) once
 its source is prepared; while the run plans and writes its workspace and the first jobs run,
 the server imports what the run's workers will need
-(:func:`preload_for`), one module at a time, and forks one child per job as the jobs come (a
-job that comes before the imports are done imports the rest itself). The child is the worker: it runs the job as
+(:func:`preload_for`), one module at a time, and forks one child per job as the jobs come: once
+the modules of the preload that the job needs are imported (:func:`wait_for`: torch for a TorchScript
+runner, what ``torch.export.load`` imports for an ExportedProgram, the ONNX exporter for a conversion
+to ONNX), else between two imports (a job then imports the rest itself). The child is the worker: it runs the job as
 ``python -m navigator._worker JOB.json`` would (:func:`navigator.execution.worker.main`).
 
 What stays exactly as with a fresh worker:
@@ -82,6 +84,11 @@ TORCH_PRELOAD = ("torch", "torch.export", "torch._dynamo", "torch._inductor.comp
                  "torch.onnx._internal.exporter._core", "onnxscript.function_libs.torch_lib.ops",
                  "navigator.runners.torch")
 TORCH_SUFFIXES = (".py", ".pt", ".pt2", ".pth", ".ts", ".bin", ".safetensors")
+# What a job needs of the preload, by the last module it needs in TORCH_PRELOAD's order (wait_for).
+_LOADS_PROGRAM = "torch._inductor.compile_fx"            # torch.export.load's imports
+_EXPORTS_ONNX = "onnxscript.function_libs.torch_lib.ops"  # torch.onnx.export's
+_TORCH_RUNNERS = {"torch", "torch_compile", "torchscript"}
+_PROGRAM_RUNNERS = {"torch_export", "aoti"}
 
 
 class ServerGone(Exception):
@@ -114,6 +121,24 @@ def preload_for(model, config) -> list[str]:
     if hf_folder or (not text and type(model).__module__.startswith("transformers")):
         names.append("transformers")
     return [n for n in names if importlib.util.find_spec(n.split(".")[0]) is not None]
+
+
+def wait_for(job) -> str | None:
+    """The last module of the preload that ``job`` needs (:data:`TORCH_PRELOAD`'s order), which the
+    server imports before it forks the job -- forked earlier, the child imported it itself while the
+    server imported the same modules beside it, both at half speed on a busy machine (the conversion
+    from an ExportedProgram to ONNX, on a live module's critical path: 2.8-4.3 s instead of ~2 s on
+    the transformer block). None: fork at once."""
+    needs = set()
+    for task in getattr(job, "tasks", None) or []:
+        runners = {r.runner for r in task.runners} | ({task.reference_runner.runner} if task.reference_runner else set())
+        if task.convert is not None and "torch_export_to_onnx" in task.convert.converter:
+            needs.add(_EXPORTS_ONNX)
+        if runners & _PROGRAM_RUNNERS or task.convert is not None and task.convert.source.endswith(".pt2"):
+            needs.add(_LOADS_PROGRAM)
+        if runners & _TORCH_RUNNERS or task.convert is not None and ".torch_to_" in task.convert.converter:
+            needs.add("torch")
+    return max(needs, key=TORCH_PRELOAD.index) if needs else None
 
 
 class ForkedWorker:
@@ -262,15 +287,16 @@ class ForkServer:
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None and self._ctl is not None
 
-    def spawn(self, job_path: Path, log_file, env: dict, cancel=None) -> ForkedWorker:
+    def spawn(self, job_path: Path, log_file, env: dict, cancel=None, after: str | None = None) -> ForkedWorker:
         """Fork a worker for ``job_path`` writing into the open ``log_file``; ServerGone when the
-        server cannot (the caller starts a fresh worker instead). Waits for the server to finish
-        its imports (the job would import them itself otherwise)."""
+        server cannot (the caller starts a fresh worker instead). ``after``: a module of the preload
+        the server imports first, when it has not yet (:func:`wait_for`); else it forks between two
+        imports, and the job imports the rest itself."""
         self.start()
         if not self.alive:
             raise ServerGone("the fork server is not running")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        request = json.dumps({"job": str(job_path), "env": env, "cwd": os.getcwd()}).encode()
+        request = json.dumps({"job": str(job_path), "env": env, "cwd": os.getcwd(), "after": after}).encode()
         try:
             with self._lock:
                 socket.send_fds(self._ctl, [request], [theirs.fileno(), log_file.fileno()])
@@ -354,10 +380,20 @@ def serve(ctl_fd: int, preload: list[str]) -> int:
     children: dict[int, socket.socket] = {}
     pending = list(preload)
     baseline = _threads()
+    held: list[tuple[dict, socket.socket, int]] = []   # requests whose "after" module is still to import
     import select
+
+    def fork(request: dict, job_sock: socket.socket, log_fd: int) -> None:
+        try:
+            _fork_one(request, ctl, job_sock, log_fd, children, baseline)
+        except Exception as e:   # noqa: BLE001 - a failed fork (EAGAIN, ENOMEM) refuses one job, not all
+            _refuse(job_sock, log_fd, f"{type(e).__name__}: {e}")
 
     while True:
         _reap_children(children)
+        for job in [h for h in held if h[0].get("after") not in pending]:
+            held.remove(job)
+            fork(*job)
         try:
             ready, _, _ = select.select([ctl], [], [], 0 if pending else 0.02)
         except InterruptedError:
@@ -384,9 +420,16 @@ def serve(ctl_fd: int, preload: list[str]) -> int:
             continue
         job_sock, log_fd = socket.socket(fileno=fds[0]), fds[1]
         try:
-            _fork_one(json.loads(data), ctl, job_sock, log_fd, children, baseline)
-        except Exception as e:   # noqa: BLE001 - a failed fork (EAGAIN, ENOMEM) refuses one job, not all
-            _refuse(job_sock, log_fd, f"{type(e).__name__}: {e}")
+            request = json.loads(data)
+        except ValueError as e:
+            _refuse(job_sock, log_fd, f"not a request: {e}")
+            continue
+        if request.get("after") in pending:
+            held.append((request, job_sock, log_fd))
+        else:
+            fork(request, job_sock, log_fd)
+    for _, job_sock, log_fd in held:   # the run is gone before they were forked
+        _refuse(job_sock, log_fd, "the run ended")
     for pid in children:   # the run is gone: so are its jobs
         for kill in (os.killpg, os.kill):
             try:

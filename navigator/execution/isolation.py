@@ -221,14 +221,14 @@ def python_command(*args: str) -> list[str]:
     return [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), *args]
 
 
-def _start(job_path: Path, log_path: Path, env: dict, forkserver, cancel):
+def _start(job, job_path: Path, log_path: Path, env: dict, forkserver, cancel):
     """The worker's process: a fork of the run's server when it has one, else a fresh interpreter."""
     with open(log_path, "ab") as out:
         if forkserver is not None:
-            from navigator.execution.forkserver import ServerGone
+            from navigator.execution.forkserver import ServerGone, wait_for
 
             try:
-                return forkserver.spawn(job_path, out, env, cancel=cancel)
+                return forkserver.spawn(job_path, out, env, cancel=cancel, after=wait_for(job))
             except ServerGone as e:
                 log.warning("%s: a fresh worker instead", e)
         return subprocess.Popen(python_command("-m", "navigator._worker", str(job_path)), stdout=out,
@@ -262,7 +262,7 @@ def run_worker(job: Job, job_path: Path, log_path: Path, *, stage_timeout_s: flo
     child_env.setdefault("PYTHONUNBUFFERED", "1")
     child_env["NAVIGATOR_WORKER"] = "1"
     start = time.monotonic()
-    proc = _start(job_path, log_path, child_env, forkserver, cancel)
+    proc = _start(job, job_path, log_path, child_env, forkserver, cancel)
     outcome = WorkerOutcome(returncode=None)
     tail = EventTail(events_path)
     limit = int(memory_limit_gb * GIB) if memory_limit_gb else None

@@ -178,28 +178,72 @@ def test_a_worker_says_it_ended_while_its_server_is_importing(tmp_path, monkeypa
     or /proc's after a second's wait without a peak, came only after it)."""
     import threading
 
-    done, inside = tmp_path / "slow.done", tmp_path / "gate.inside"
-    (tmp_path / "navtest_gate.py").write_text(
-        "import os, pathlib, time\npathlib.Path(os.environ['NAVTEST_INSIDE']).touch()\n"
-        "while not pathlib.Path(os.environ['NAVTEST_GO']).exists():\n    time.sleep(0.01)\n")
-    (tmp_path / "navtest_slow.py").write_text(
-        "import os, pathlib, time\ntime.sleep(3)\npathlib.Path(os.environ['NAVTEST_DONE']).touch()\n")
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    monkeypatch.setenv("NAVTEST_GO", str(tmp_path / "go"))
-    monkeypatch.setenv("NAVTEST_DONE", str(done))
-    monkeypatch.setenv("NAVTEST_INSIDE", str(inside))
-    server = forkserver.ForkServer(["navtest_gate", "navtest_slow"]).start()
+    server = _gated_server(tmp_path, monkeypatch, slow_s=3)
     try:
-        deadline = time.monotonic() + 30
-        while not inside.exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
         # the request waits in the server's socket while it imports the gate; forked right after, then
         # the server goes on to the slow import
         threading.Timer(0.3, (tmp_path / "go").touch).start()
         with open(tmp_path / "job.log", "ab") as log:
             worker = server.spawn(tmp_path / "missing-job.json", log, dict(os.environ))
         code, peak = worker.reap(block=True)
-        assert not done.exists()   # the server is still in its slow import
+        assert not (tmp_path / "slow.done").exists()   # the server is still in its slow import
         assert code == 1 and peak is not None and peak > 0
     finally:
         server.close()
+
+
+def _gated_server(tmp_path, monkeypatch, slow_s: float = 1.0):
+    """A server that imports ``navtest_gate`` (until the file ``go`` exists; ``gate.inside`` says it is
+    in it), then ``navtest_slow`` (``slow_s``; ``slow.done`` after), returned once it is in the gate."""
+    (tmp_path / "navtest_gate.py").write_text(
+        "import os, pathlib, time\npathlib.Path(os.environ['NAVTEST_INSIDE']).touch()\n"
+        "while not pathlib.Path(os.environ['NAVTEST_GO']).exists():\n    time.sleep(0.01)\n")
+    (tmp_path / "navtest_slow.py").write_text(
+        f"import os, pathlib, time\ntime.sleep({slow_s})\npathlib.Path(os.environ['NAVTEST_DONE']).touch()\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("NAVTEST_GO", str(tmp_path / "go"))
+    monkeypatch.setenv("NAVTEST_DONE", str(tmp_path / "slow.done"))
+    monkeypatch.setenv("NAVTEST_INSIDE", str(tmp_path / "gate.inside"))
+    server = forkserver.ForkServer(["navtest_gate", "navtest_slow"]).start()
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "gate.inside").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return server
+
+
+@pytest.mark.parametrize("after, forked_after_slow", [(None, False), ("navtest_slow", True)])
+def test_a_job_is_forked_after_the_preloaded_module_it_needs(tmp_path, monkeypatch, after, forked_after_slow):
+    """A request that names a module of the preload still to import waits for it (a conversion to
+    ONNX for torch's exporter: forked before, it imported the exporter itself while the server
+    imported it beside it); one that names none is forked between two imports as it comes."""
+    import threading
+
+    server = _gated_server(tmp_path, monkeypatch)
+    try:
+        threading.Timer(0.3, (tmp_path / "go").touch).start()   # the request waits while the gate imports
+        with open(tmp_path / "job.log", "ab") as log:
+            worker = server.spawn(tmp_path / "missing-job.json", log, dict(os.environ), after=after)
+        assert (tmp_path / "slow.done").exists() is forked_after_slow
+        assert worker.reap(block=True)[0] == 1
+    finally:
+        server.close()
+
+
+def test_what_a_job_waits_for():
+    from navigator.execution.jobs import ConvertSpec, RunnerTask, Task
+
+    def job(*tasks):
+        return type("J", (), {"tasks": list(tasks)})()
+
+    def task(runners=(), converter=None, source="formats/torch/source.json"):
+        convert = ConvertSpec(converter=converter, source=source, output="x") if converter else None
+        return Task(kind="format", key="k", artifact="a", convert=convert,
+                    runners=[RunnerTask(runner=r, device="cpu") for r in runners])
+
+    assert forkserver.wait_for(job(task(["onnxruntime"]))) is None
+    assert forkserver.wait_for(job(task(["torchscript"]))) == "torch"
+    assert forkserver.wait_for(job(task(["torch_export"]))) == "torch._inductor.compile_fx"
+    assert forkserver.wait_for(job(task(converter="navigator.converters.torch_export_to_onnx:TorchExportToOnnx",
+                                        source="formats/torch_export/model.pt2"))) == \
+        "onnxscript.function_libs.torch_lib.ops"
+    assert forkserver.wait_for(job(task(["torchscript"]), task(["torch_export"]))) == "torch._inductor.compile_fx"
