@@ -132,13 +132,24 @@ def wait_for(job) -> str | None:
     needs = set()
     for task in getattr(job, "tasks", None) or []:
         runners = {r.runner for r in task.runners} | ({task.reference_runner.runner} if task.reference_runner else set())
-        if task.convert is not None and "torch_export_to_onnx" in task.convert.converter:
+        if task.convert is not None and ("torch_export_to_onnx" in task.convert.converter
+                                         or "torch_to_onnx" in task.convert.converter):
             needs.add(_EXPORTS_ONNX)
         if runners & _PROGRAM_RUNNERS or task.convert is not None and task.convert.source.endswith(".pt2"):
             needs.add(_LOADS_PROGRAM)
-        if runners & _TORCH_RUNNERS or task.convert is not None and ".torch_to_" in task.convert.converter:
+        if runners & _TORCH_RUNNERS or task.convert is not None and (
+                ".torch_to_" in task.convert.converter or ".torch_precision" in task.convert.converter):
             needs.add("torch")
     return max(needs, key=TORCH_PRELOAD.index) if needs else None
+
+
+def preloaded_by(module: str | None, preload: list[str]) -> str | None:
+    """``module`` when ``preload`` has it; else the module of :data:`TORCH_PRELOAD` before it that
+    ``preload`` has (its package is missing here: the job still waits for the ones before), or None."""
+    if module is None or module in preload or module not in TORCH_PRELOAD:
+        return module if module in preload else None
+    earlier = [m for m in TORCH_PRELOAD[:TORCH_PRELOAD.index(module)] if m in preload]
+    return earlier[-1] if earlier else None
 
 
 class ForkedWorker:
@@ -193,10 +204,16 @@ class ForkedWorker:
         return self.returncode, self._peak_mb
 
     def ended(self, message: dict) -> None:
-        """The child's end as its ``{"exit", "maxrss_kb"}`` word says (the child's own or the server's)."""
+        """The child's end as its ``{"exit", "maxrss_kb"}`` word says (the child's own or the server's).
+        The child's own comes right before it exits: this waits (at most :data:`ZOMBIE_WAIT_S`) until
+        it has, so its memory is free before the next worker or the race starts."""
         self.returncode = int(message["exit"])
         self._peak_mb = round(message["maxrss_kb"] / 1024, 1)
         self._sock.close()
+        if "pid" in message:
+            deadline = time.monotonic() + ZOMBIE_WAIT_S
+            while not _exited(self.pid) and time.monotonic() < deadline:
+                time.sleep(0.002)
 
 
 def _abandon(sock: socket.socket) -> None:
@@ -209,7 +226,8 @@ def _abandon(sock: socket.socket) -> None:
             data = sock.recv(4096)
             if not data:
                 break
-            pid = json.loads(data).get("pid")
+            message = json.loads(data)
+            pid = message.get("pid") if "exit" not in message else None   # a last word: that child has ended
             if pid:
                 for kill in (os.killpg, os.kill):
                     try:
@@ -220,6 +238,16 @@ def _abandon(sock: socket.socket) -> None:
         pass
     finally:
         sock.close()
+
+
+def _exited(pid: int) -> bool:
+    """``pid`` has exited: a zombie (its memory freed), or reaped already."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in (b"Z", b"X")
 
 
 def _zombie_exit(pid: int) -> int | None:
@@ -295,6 +323,7 @@ class ForkServer:
         self.start()
         if not self.alive:
             raise ServerGone("the fork server is not running")
+        after = preloaded_by(after, self.preload)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         request = json.dumps({"job": str(job_path), "env": env, "cwd": os.getcwd(), "after": after}).encode()
         try:
@@ -385,7 +414,7 @@ def serve(ctl_fd: int, preload: list[str]) -> int:
 
     def fork(request: dict, job_sock: socket.socket, log_fd: int) -> None:
         try:
-            _fork_one(request, ctl, job_sock, log_fd, children, baseline)
+            _fork_one(request, ctl, job_sock, log_fd, children, baseline, held)
         except Exception as e:   # noqa: BLE001 - a failed fork (EAGAIN, ENOMEM) refuses one job, not all
             _refuse(job_sock, log_fd, f"{type(e).__name__}: {e}")
 
@@ -457,8 +486,9 @@ def _refuse(job_sock: socket.socket, log_fd: int, why: str) -> None:
 
 
 def _fork_one(request: dict, ctl: socket.socket, job_sock: socket.socket, log_fd: int, children: dict,
-              baseline: set) -> None:
-    """Fork the worker of one request and tell the run its pid."""
+              baseline: set, held: list = ()) -> None:
+    """Fork the worker of one request and tell the run its pid. ``held``: requests still waiting for
+    an import, whose socket and log the child must not keep open."""
     extra = _threads() - baseline
     if extra:   # never fork beside a thread that may hold a lock: the run starts a fresh worker
         _refuse(job_sock, log_fd, f"{len(extra)} thread(s) started by an import run in the fork server, which "
@@ -466,7 +496,7 @@ def _fork_one(request: dict, ctl: socket.socket, job_sock: socket.socket, log_fd
         return
     pid = os.fork()
     if pid == 0:
-        _child(request, ctl, job_sock, log_fd, children)   # never returns
+        _child(request, ctl, job_sock, log_fd, children, held)   # never returns
     os.close(log_fd)
     try:
         os.setpgid(pid, pid)   # before the run hears of it, so the run's kill reaches the group
@@ -509,7 +539,8 @@ def _reap_children(children: dict) -> None:
         sock.close()
 
 
-def _child(request: dict, ctl: socket.socket, job_sock: socket.socket, log_fd: int, children: dict) -> None:
+def _child(request: dict, ctl: socket.socket, job_sock: socket.socket, log_fd: int, children: dict,
+           held: list = ()) -> None:
     """The forked worker: become what ``python -m navigator._worker JOB.json`` would be, run the job
     and leave with ``os._exit``."""
     code = 1
@@ -520,6 +551,9 @@ def _child(request: dict, ctl: socket.socket, job_sock: socket.socket, log_fd: i
         for sock in children.values():
             sock.close()
         children.clear()
+        for _, sock, fd in held:   # other jobs' requests, still waiting in the server
+            sock.close()
+            os.close(fd)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         for sig in (signal.SIGTERM, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
@@ -565,6 +599,7 @@ def _child(request: dict, ctl: socket.socket, job_sock: socket.socket, log_fd: i
             from navigator.execution.processes import kill_descendants
 
             kill_descendants()
+            code &= 0xFF   # what os._exit keeps (sys.exit(-1) ends with 255): the word says the same
             _last_word(job_sock, code)
         finally:
             os._exit(code)

@@ -155,17 +155,20 @@ def _schedule(ctx: RunContext, pool, one, pending: list, done: set, ready, live_
             verifying = pool.submit(one, live_source, convert=False)
             running.add(verifying)
             live_source = None
-        ready_now = [p for p in pending if ready(p)]
-        for item in ready_now[:max(0, ctx.jobs - len(running - {verifying}))]:
+        started = [p for p in pending if ready(p)][:max(0, ctx.jobs - len(running - {verifying}))]
+        for item in started:
             pending.remove(item)
             running.add(pool.submit(one, item))
         if not running:   # a parent that was never planned: run the rest in order
             running.add(pool.submit(one, pending.pop(0)))
+            started = [None]
         # Workers first: a live module's measurement holds every new worker back while it runs, so it
-        # waits until no worker ran for a whole poll and none is ready to start (a format's thread
-        # starts its next worker -- its verification after a conversion -- within the poll). Taken at
-        # once, it held a child's conversion back that could have run beside its parent's verification.
-        quiet = ctx.workers_running == 0 and not ready_now
+        # waits until no worker ran for a whole poll and none was started (a format's thread starts
+        # its next worker -- its verification after a conversion -- within the poll). Taken at once,
+        # it held back a child's conversion that could have run beside its parent's verification. A
+        # ready item without a free slot does not hold it back: the threads in the slots may wait
+        # for the lock the measuring job holds (RunContext.in_process).
+        quiet = ctx.workers_running == 0 and not started
         finished, running = _wait_some(ctx, running, measure=quiet and was_quiet)
         was_quiet = quiet
         done.update(f.result() for f in finished)

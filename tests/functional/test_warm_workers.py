@@ -230,7 +230,10 @@ def test_a_job_is_forked_after_the_preloaded_module_it_needs(tmp_path, monkeypat
 
 
 def test_what_a_job_waits_for():
+    from navigator.converters.registry import registry
     from navigator.execution.jobs import ConvertSpec, RunnerTask, Task
+
+    edge = {(e.source, e.target): e.import_path() for e in registry.edges()}
 
     def job(*tasks):
         return type("J", (), {"tasks": list(tasks)})()
@@ -243,7 +246,15 @@ def test_what_a_job_waits_for():
     assert forkserver.wait_for(job(task(["onnxruntime"]))) is None
     assert forkserver.wait_for(job(task(["torchscript"]))) == "torch"
     assert forkserver.wait_for(job(task(["torch_export"]))) == "torch._inductor.compile_fx"
-    assert forkserver.wait_for(job(task(converter="navigator.converters.torch_export_to_onnx:TorchExportToOnnx",
-                                        source="formats/torch_export/model.pt2"))) == \
-        "onnxscript.function_libs.torch_lib.ops"
+    exports_onnx = "onnxscript.function_libs.torch_lib.ops"
+    assert forkserver.wait_for(job(task(converter=edge["torch_export", "onnx"],
+                                        source="formats/torch_export/model.pt2"))) == exports_onnx
+    assert forkserver.wait_for(job(task(converter=edge["torch", "onnx"]))) == exports_onnx
+    assert forkserver.wait_for(job(task(converter=edge["torch", "torchscript"]))) == "torch"
+    assert forkserver.wait_for(job(task(converter=edge["torch", "torch-fp16"]))) == "torch"
     assert forkserver.wait_for(job(task(["torchscript"]), task(["torch_export"]))) == "torch._inductor.compile_fx"
+    # a module the server does not preload (onnxscript missing): the last one before it that it does
+    preload = ["numpy", "torch", "torch.export", "torch._dynamo", "torch._inductor.compile_fx"]
+    assert forkserver.preloaded_by(exports_onnx, preload) == "torch._inductor.compile_fx"
+    assert forkserver.preloaded_by("torch", ["numpy"]) is None
+    assert forkserver.preloaded_by(None, preload) is None

@@ -65,3 +65,26 @@ def test_a_child_of_a_failed_conversion_waits_for_its_parent_to_end(status):
 
     run_parallel(ctx, [_item("src", None), _item("onnx", "src"), _item("onnx-optimized", "onnx")], run_item)
     assert ("onnx ended", False) in started and started[-1] == "onnx-optimized"
+
+
+def test_a_measurement_is_served_while_a_ready_item_waits_for_a_slot():
+    """One slot (jobs=1): ``a`` hands a measurement to the scheduler's thread (as a live module's
+    verification does) and holds its slot until it is done, while ``b`` is ready but has no slot.
+    The scheduler must serve the measurement then, or neither ever ends."""
+    ctx = _ctx(["src", "a", "b"], jobs=1)
+    measured = threading.Event()
+
+    def run_item(ctx, item, **how):
+        if item.key == "a":
+            with ctx.unlocked():
+                ctx.on_caller(measured.set)
+
+    done = threading.Event()
+
+    def run() -> None:
+        run_parallel(ctx, [_item("src", None), _item("a", "src"), _item("b", "src")], run_item)
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    assert done.wait(10), "the measurement was never served: the run hangs"
+    assert measured.is_set()
