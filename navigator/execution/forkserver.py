@@ -146,8 +146,10 @@ def wait_for(job) -> str | None:
 def preloaded_by(module: str | None, preload: list[str]) -> str | None:
     """``module`` when ``preload`` has it; else the module of :data:`TORCH_PRELOAD` before it that
     ``preload`` has (its package is missing here: the job still waits for the ones before), or None."""
-    if module is None or module in preload or module not in TORCH_PRELOAD:
-        return module if module in preload else None
+    if module is None or module in preload:
+        return module
+    if module not in TORCH_PRELOAD:
+        return None
     earlier = [m for m in TORCH_PRELOAD[:TORCH_PRELOAD.index(module)] if m in preload]
     return earlier[-1] if earlier else None
 
@@ -240,26 +242,31 @@ def _abandon(sock: socket.socket) -> None:
         sock.close()
 
 
-def _exited(pid: int) -> bool:
-    """``pid`` has exited: a zombie (its memory freed), or reaped already."""
+def _stat(pid: int) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the command name (the first is the state); None once
+    ``pid`` is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rpartition(b")")[2].split()[0]
+            return f.read().rsplit(b")", 1)[1].split()
     except (OSError, IndexError):
-        return True
-    return state in (b"Z", b"X")
+        return None
+
+
+def _exited(pid: int) -> bool:
+    """``pid`` has exited: a zombie (its memory freed), or reaped already."""
+    fields = _stat(pid)
+    return not fields or fields[0] in (b"Z", b"X")
 
 
 def _zombie_exit(pid: int) -> int | None:
     """The exit code (as Popen gives it) of ``pid`` when it is a zombie, from field 52 of
     /proc/PID/stat (its wait status, Linux 3.5+); None while it runs or once it is gone."""
+    fields = _stat(pid)
+    if not fields or fields[0] != b"Z":
+        return None
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        if fields[0] != b"Z":
-            return None
         return os.waitstatus_to_exitcode(int(fields[49]))
-    except (OSError, IndexError, ValueError):
+    except (IndexError, ValueError):
         return None
 
 

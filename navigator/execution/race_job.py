@@ -62,7 +62,7 @@ REWARM_S = 0.05
 # machine's drift cancels in their ratio (racing.paired_lead) and shorter windows cost few extra rounds
 # (simulated: a 4% lead with window noise 3% -> 4.5%, 7.2 -> 8.0 rounds on average) for a third less
 # time a round. Measured on the transformer block (load 1-2 on 2 cores), 3 contenders x 3 rounds:
-# the race phase 3.4-3.7 s instead of 3.7-4.1.
+# the race worker 3.7 s instead of 4.0-4.4 (its screening included).
 RACE_WINDOW_S = 0.05
 KEEP_LOADED_BYTES = 1 << 30
 PEER_WAIT_S = 120.0   # the longest a window of the calling process may take to come back
@@ -337,7 +337,8 @@ def _race(ws, events, chosen: list, budget_s: float, settings: dict) -> racing.R
             batch_of(sample, task.profile.batch_dim, entry.entrant.batch_size)
         for _ in range(2):
             entry.infer(feeds[entry.name])   # warm up again: other runners ran since its screening
-    window_settings = ProfileSettings(**(settings | {"window_s": min(settings.get("window_s", 0.1), RACE_WINDOW_S)}))
+    window_settings = ProfileSettings(**settings)
+    window_settings.window_s = min(window_settings.window_s, RACE_WINDOW_S)
     by_name = {e.name: e for e in chosen}
     caller = _Caller(ws, events) if any(isinstance(e, _Peer) for e in chosen) else None
 

@@ -156,12 +156,11 @@ def _schedule(ctx: RunContext, pool, one, pending: list, done: set, ready, live_
             running.add(verifying)
             live_source = None
         started = [p for p in pending if ready(p)][:max(0, ctx.jobs - len(running - {verifying}))]
+        if not started and not running:   # a parent that was never planned: the rest in order
+            started = pending[:1]
         for item in started:
             pending.remove(item)
             running.add(pool.submit(one, item))
-        if not running:   # a parent that was never planned: run the rest in order
-            running.add(pool.submit(one, pending.pop(0)))
-            started = [None]
         # Workers first: a live module's measurement holds every new worker back while it runs, so it
         # waits until no worker ran for a whole poll and none was started (a format's thread starts
         # its next worker -- its verification after a conversion -- within the poll). Taken at once,
