@@ -11,11 +11,13 @@ from navigator.converters.registry import register
 @dataclass(frozen=True)
 class AotiParams:
     max_autotune: bool = False
+    freezing: bool | None = None   # Inductor's freezing (weights folded as constants); None: on CUDA only
 
 
 @register
 class TorchExportToAoti(Converter):
-    """torch._inductor.aoti_compile_and_package; for cuda the program is re-exported on the GPU first."""
+    """torch._inductor.aoti_compile_and_package; for cuda the program is re-exported on the GPU first and
+    its weights frozen (batch norms folded into convolutions)."""
 
     name = "torch_export_to_aoti"
     source = "torch_export"
@@ -36,8 +38,13 @@ class TorchExportToAoti(Converter):
             profile = ctx.shape_profiles[0] if ctx.shape_profiles else None
             ep = torch.export.export(ep.module().to("cuda"), example,
                                      dynamic_shapes=dynamic_shapes(ctx.signature, profile, varargs=False))
-        options = {"max_autotune": True} if ctx.params.max_autotune else None
-        torch._inductor.aoti_compile_and_package(ep, package_path=str(ctx.output), inductor_configs=options)
+        options = {"max_autotune": True} if ctx.params.max_autotune else {}
+        freezing = ctx.device == "cuda" if ctx.params.freezing is None else ctx.params.freezing
+        if freezing:
+            options["freezing"] = True
+        with torch.no_grad():   # freezing applies to inference graphs only
+            torch._inductor.aoti_compile_and_package(ep, package_path=str(ctx.output),
+                                                     inductor_configs=options or None)
         return ConvertOutcome(exporter=f"aoti ({ctx.device})")
 
 

@@ -60,8 +60,10 @@ FORMATS: tuple[Format, ...] = (
         runner_classes={"openvino": "navigator.runners.openvino:OpenVINORunner"}),
     Format(
         "onnx", "model.onnx", preference=5, precisions=("fp32", "fp16", "int8"),
+        # cuda_nhwc: the CUDA provider with prefer_nhwc (tensor-core convolutions in NHWC)
         runners={CPU: (RunnerSpec("onnxruntime", CPU),),
-                 CUDA: (RunnerSpec("onnxruntime", CUDA), RunnerSpec("onnxruntime", CUDA, "tensorrt"))},
+                 CUDA: (RunnerSpec("onnxruntime", CUDA), RunnerSpec("onnxruntime", CUDA, "cuda_nhwc"),
+                        RunnerSpec("onnxruntime", CUDA, "tensorrt"))},
         serving=Serving("onnxruntime", "onnxruntime_onnx", "model.onnx"),
         python_loader="onnx", python_packages=("onnxruntime",),
         default_targets=("onnx", "onnx-optimized", "openvino?"),
@@ -92,7 +94,12 @@ FORMATS: tuple[Format, ...] = (
         runner_classes={"tensorflow": "navigator.runners.tensorflow:TensorFlowRunner"}),
     Format(
         "torch", "source.json", companions=("io.json",), preference=10, precisions=("fp32", "fp16", "bf16"),
-        runners=_both("torch", "torch_compile"),
+        # on CUDA, torch.compile also with CUDA graphs, and with max-autotune when asked
+        # (--runners torch_compile-max_autotune: minutes of autotuning)
+        runners={CPU: (RunnerSpec("torch", CPU), RunnerSpec("torch_compile", CPU)),
+                 CUDA: (RunnerSpec("torch", CUDA), RunnerSpec("torch_compile", CUDA),
+                        RunnerSpec("torch_compile", CUDA, "cudagraphs"),
+                        RunnerSpec("torch_compile", CUDA, "max_autotune", opt_in=True))},
         not_servable="the eager PyTorch source is not an artifact; serve torchscript, torch_export or onnx",
         default_targets=("torch", "torchscript", "torch_export", "onnx", "onnx-optimized"),
         # AOTInductor takes 10-25 s to compile on a CPU: a default on a GPU only

@@ -24,11 +24,15 @@ DEVICES = ("cpu", "cuda")
 
 @dataclass(frozen=True)
 class RunnerSpec:
-    """One way to run a format: ``key`` is how status.yaml names it."""
+    """One way to run a format: ``key`` is how status.yaml names it. ``provider`` is the
+    runtime's backend or variant where it has several (onnxruntime's execution provider,
+    torch.compile's mode); it replaces the device in the key. An ``opt_in`` runner runs only
+    when ``--runners`` names its key (a variant too slow to build on every run)."""
 
     runner: str
     device: str
     provider: str | None = None
+    opt_in: bool = field(default=False, compare=False)
 
     @property
     def key(self) -> str:

@@ -111,5 +111,10 @@ class FormatRegistry:
         self._load()
         return self._runner_classes()
 
+    def runner_keys(self) -> set[str]:
+        """Every runner key (``torch_compile-cudagraphs`` …) of every format on every device."""
+        self._load()
+        return {spec.key for fmt in self._formats.values() for specs in fmt.runners.values() for spec in specs}
+
 
 registry = FormatRegistry()

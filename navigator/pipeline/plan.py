@@ -65,9 +65,11 @@ def plan_formats(config: NavigatorConfig, source, targets: list[str]):
                 unsupported.append(t)
     if config.runners:
         known = runners.known_runners()
-        bad = [r for r in config.runners if r not in known]
+        keys = formats.registry.runner_keys()
+        bad = [r for r in config.runners if r not in known and r not in keys]
         if bad:
-            raise UserInputError(f"--runners: unknown runner {bad[0]!r}; known: {', '.join(known)}")
+            raise UserInputError(f"--runners: unknown runner {bad[0]!r}; known: {', '.join(known)} "
+                                 f"(or a runner key: {', '.join(sorted(keys))})")
     if config.reference and source.reference_runner is None and config.reference != source.key:
         raise UserInputError(f"--reference {config.reference}: a {source.format} source is its own reference "
                              "(eager fp32 in the calling process); --reference is for file sources such as ONNX")

@@ -60,9 +60,8 @@ def profile_spec(ctx: RunContext) -> ProfileSpec | None:
 
 def runner_specs(ctx: RunContext, fmt: str) -> list:
     """The format's runners on this run's devices, narrowed by ``--runners``."""
-    chosen = ctx.config.runners
     return [spec for device in ctx.runner_devices for spec in runners.specs_for(fmt, device)
-            if not chosen or spec.runner in chosen]
+            if runners.selected(spec, ctx.config.runners)]
 
 
 def params_dict(params) -> dict:

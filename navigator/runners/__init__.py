@@ -15,11 +15,19 @@ from navigator.errors import UserInputError
 from navigator.formats import RunnerSpec
 from navigator.formats.registry import registry
 
-__all__ = ["RunnerSpec", "known_runners", "specs_for", "runner_class", "create"]
+__all__ = ["RunnerSpec", "known_runners", "selected", "specs_for", "runner_class", "create"]
 
 
 def known_runners() -> list[str]:
     return sorted(registry.runner_classes())
+
+
+def selected(spec: RunnerSpec, chosen) -> bool:
+    """``spec`` runs under ``--runners chosen`` (None: every runner that is not opt-in).
+    A runner name selects its every variant but the opt-in ones; a runner key selects that one."""
+    if spec.opt_in:
+        return bool(chosen) and spec.key in chosen
+    return not chosen or spec.runner in chosen or spec.key in chosen
 
 
 def specs_for(fmt: str, device: str) -> tuple[RunnerSpec, ...]:

@@ -8,6 +8,7 @@ _PROVIDERS = {
     ("cpu", None): ["CPUExecutionProvider"],
     ("cuda", None): ["CUDAExecutionProvider", "CPUExecutionProvider"],
     ("cuda", "cuda"): ["CUDAExecutionProvider", "CPUExecutionProvider"],
+    ("cuda", "cuda_nhwc"): ["CUDAExecutionProvider", "CPUExecutionProvider"],
     ("cuda", "tensorrt"): ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"],
     ("cpu", "cpu"): ["CPUExecutionProvider"],
 }
@@ -16,14 +17,50 @@ _LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended
            "all": "ORT_ENABLE_ALL"}
 
 
+def cuda_provider_options(provider: str | None, device_id: int = 0) -> dict:
+    """The CUDA execution provider's options for a runner variant: TF32 off (an fp32 graph is
+    held to fp32 tolerances, as the torch runners do); ``cuda_nhwc`` also prefers NHWC
+    kernels (tensor-core convolutions without layout transposes around each one)."""
+    options = {"device_id": device_id, "use_tf32": 0}
+    if provider == "cuda_nhwc":
+        options["prefer_nhwc"] = 1
+    return options
+
+
+def load_cuda_libraries() -> None:
+    """Make the CUDA and cuDNN libraries of the NVIDIA pip packages loadable before a CUDA
+    session is made. onnxruntime-gpu dlopens them by soname; torch, when installed, loads the
+    same ones (its import is the documented way); else ``preload_dlls`` from the folders of
+    the ``nvidia`` packages (its default folder is wrong when onnxruntime is installed apart
+    from them, as with ``pip install --target``)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        import torch  # noqa: F401  (loads libcudart, cuBLAS, cuDNN …)
+        return
+    import onnxruntime as ort
+
+    spec = importlib.util.find_spec("nvidia")
+    if spec is None or not hasattr(ort, "preload_dlls"):
+        return
+    from pathlib import Path
+
+    for root in spec.submodule_search_locations or []:
+        for sub, kinds in (("cu13/lib", {"cudnn": False}), ("cudnn/lib", {"cuda": False})):
+            folder = Path(root) / sub
+            if folder.is_dir():
+                ort.preload_dlls(msvc=False, directory=str(folder), **kinds)
+
+
 class OnnxruntimeRunner(Runner):
     """Options: ``graph_optimization_level`` (disabled | basic | extended | all,
     default all), ``intra_op_num_threads``, ``trt_fp16`` (TensorRT EP), ``device_id`` (CUDA).
+    Providers: ``cpu``; ``cuda``; ``cuda_nhwc`` (the CUDA provider with ``prefer_nhwc``);
+    ``tensorrt``.
 
-    On CUDA, TF32 is off (``use_tf32: 0``: an fp32 graph is held to fp32 tolerances, as the
-    torch runners do), a silent fall-back to the CPU is refused, and profiling binds the
-    inputs and outputs on the GPU once (I/O binding, ``io: device``), so the figure is the
-    model's, not the PCIe copies'."""
+    On CUDA, TF32 is off (:func:`cuda_provider_options`), a silent fall-back to the CPU is
+    refused, and profiling binds the inputs and outputs on the GPU once (I/O binding,
+    ``io: device``), so the figure is the model's, not the PCIe copies'."""
 
     name = "onnxruntime"
     requires = ("onnxruntime",)
@@ -34,6 +71,8 @@ class OnnxruntimeRunner(Runner):
         providers = _PROVIDERS.get((self.device, self.provider))
         if providers is None:
             raise RunnerUnavailable(f"onnxruntime has no provider {self.provider!r} on device {self.device!r}")
+        if "CUDAExecutionProvider" in providers:
+            load_cuda_libraries()
         available = ort.get_available_providers()
         if providers[0] not in available:
             raise RunnerUnavailable(f"{providers[0]} is not available in this onnxruntime build "
@@ -51,7 +90,7 @@ class OnnxruntimeRunner(Runner):
                                          "trt_engine_cache_enable": True,
                                          "trt_engine_cache_path": str(self.path.parent / "ort_trt_cache")})
             elif p == "CUDAExecutionProvider":
-                provider_options.append({"device_id": int(self.options.get("device_id", 0)), "use_tf32": 0})
+                provider_options.append(cuda_provider_options(self.provider, int(self.options.get("device_id", 0))))
             else:
                 provider_options.append({})
         self.session = ort.InferenceSession(str(self.path), sess_options=options, providers=providers,

@@ -38,6 +38,7 @@ class _TorchRunner(Runner):
             torch.backends.cudnn.benchmark = True
         self._torch = torch
         self._channels_last = False
+        self._step_begin = None
         self.input_names = list(self.options.get("inputs") or [])
         self.output_names = list(self.options.get("outputs") or [])
         start = time.perf_counter()
@@ -75,6 +76,8 @@ class _TorchRunner(Runner):
                 held["feeds"] = feeds
                 held["args"] = tuple(self._tensor(feeds[n]) for n in self.input_names)
             with torch.inference_mode():
+                if self._step_begin:
+                    self._step_begin()
                 self.fn(*held["args"])
             torch.cuda.synchronize()
 
@@ -84,6 +87,8 @@ class _TorchRunner(Runner):
         torch = self._torch
         args = tuple(self._tensor(feeds[n]) for n in self.input_names)
         with torch.inference_mode():
+            if self._step_begin:
+                self._step_begin()
             out = self.fn(*args)
         if isinstance(out, torch.Tensor):
             out = (out,)
@@ -123,15 +128,39 @@ class TorchEagerRunner(_TorchRunner):
 
 class TorchCompileRunner(TorchEagerRunner):
     """torch.compile of the source module; the compile time is ``load_s`` (measured on a
-    first inference of the stored sample), apart from inference."""
+    first inference of the stored sample), apart from inference.
+
+    Variants (the runner spec's ``provider``): none, Inductor's default mode; ``cudagraphs``,
+    its reduce-overhead mode (each shape's kernels replayed as one CUDA graph); ``max_autotune``
+    (kernels autotuned, then CUDA graphs: minutes to compile). On CUDA the weights are frozen
+    (Inductor's ``freezing``: weights become constants, batch norms fold into convolutions),
+    which holds for inference only, the one use here."""
 
     name = "torch_compile"
+    MODES = {None: None, "cpu": None, "cuda": None, "cudagraphs": "reduce-overhead", "max_autotune": "max-autotune"}
+
+    def compile_options(self) -> dict | None:
+        """Inductor's options for this variant (torch.compile takes a mode or options, not both)."""
+        import torch._inductor
+
+        if self.provider not in self.MODES:
+            raise RunnerUnavailable(f"torch_compile has no variant {self.provider!r}; "
+                                    f"known: {', '.join(k for k in self.MODES if k)}")
+        mode = self.MODES[self.provider]
+        options = dict(torch._inductor.list_mode_options(mode)) if mode else {}
+        if self.device == "cuda":
+            options["freezing"] = True
+        return options or None
 
     def load(self):
         from navigator.workspace import npz
         from navigator.workspace.layout import Workspace
 
-        compiled = self._torch.compile(self.module(), mode=self.options.get("compile_mode") or None)
+        options = self.compile_options()
+        if options and options.get("triton.cudagraphs"):
+            # a graph's outputs are overwritten by its next replay: each call starts a new step
+            self._step_begin = self._torch.compiler.cudagraph_mark_step_begin
+        compiled = self._torch.compile(self.module(), options=options)
         sample = npz.load(Workspace(Path(self.path).parent.parent.parent).input_files()[0])
         self.fn = compiled
         self.infer_impl({n: sample[n] for n in self.input_names})   # compiles
@@ -153,6 +182,22 @@ class TorchExportRunner(_TorchRunner):
         return self._layout(self._torch.export.load(str(self.path)).module().to(self.device))
 
 
+def promote_libstdcxx() -> None:
+    """Put the system libstdc++ in the global symbol scope before a package's model library is
+    loaded, so its C++ runtime symbols (locale facet ids among them) bind to libstdc++ itself,
+    not to copies that another library loaded earlier exports. A package loaded in a fresh
+    process on CUDA segfaulted in std::regex's locale lookup (benchmarks/results/gpu_*.md)."""
+    import ctypes
+    import ctypes.util
+    import os
+
+    name = ctypes.util.find_library("stdc++") or "libstdc++.so.6"
+    try:
+        ctypes.CDLL(name, mode=os.RTLD_GLOBAL)
+    except OSError:   # no separate libstdc++: nothing to promote
+        pass
+
+
 class AotiRunner(_TorchRunner):
     """An AOTInductor package runs on the device it was compiled for."""
 
@@ -165,9 +210,9 @@ class AotiRunner(_TorchRunner):
         if compiled_for and compiled_for != self.device:
             raise RunnerUnavailable(f"this AOTInductor package was compiled for {compiled_for}, not {self.device}")
         if self.device == "cuda":
-            # A fresh process has no CUDA context yet; load into an initialised device
-            # (a fresh-process load segfaulted on H100 otherwise, ENVIRONMENT.md).
+            # A fresh process has no CUDA context yet; load into an initialised device.
             torch.cuda.init()
             torch.empty(1, device="cuda")
+            promote_libstdcxx()
             return torch._inductor.aoti_load_package(str(self.path), device_index=torch.cuda.current_device())
         return torch._inductor.aoti_load_package(str(self.path))

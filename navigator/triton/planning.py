@@ -237,6 +237,36 @@ def plan_format(ws, st, key: str, name: str, opts: TritonOptions, notes: list[st
     return emission
 
 
+def _cuda_accelerator(plan: ModelPlan) -> dict[str, str]:
+    """The parameters of the plan's one ``cuda`` GPU accelerator (added when missing)."""
+    for name, params in plan.gpu_accelerators:
+        if name == "cuda":
+            return params
+    plan.gpu_accelerators.append(("cuda", {}))
+    return plan.gpu_accelerators[-1][1]
+
+
+def _served_cuda_variant(plan: ModelPlan, fs, key: str, notes: list[str]) -> None:
+    """Serve an ONNX model on GPU with the CUDA provider options its verification ran with:
+    TF32 off (the backend's default is on, which an fp32 verdict never saw), and
+    ``prefer_nhwc`` when ``onnxruntime-cuda_nhwc`` is its fastest verified CUDA runner."""
+    from navigator.runners.onnxruntime import cuda_provider_options
+
+    runs = [rs for rs in fs.runners.values()
+            if rs.runner == "onnxruntime" and rs.device == "cuda" and rs.provider in (None, "cuda", "cuda_nhwc")
+            and rs.verify.status == "ok"]
+    peak = {id(rs): (rs.profile.peak().throughput if rs.profile.peak() else 0.0) for rs in runs}
+    fastest = max(runs, key=lambda rs: peak[id(rs)], default=None)
+    provider = fastest.provider if fastest is not None else None
+    params = _cuda_accelerator(plan)
+    for k, v in cuda_provider_options(provider).items():
+        if k != "device_id":   # the backend places each instance on its own device
+            params[k] = str(v)
+    if provider == "cuda_nhwc":
+        notes.append(f"{key}: onnxruntime's CUDA provider with prefer_nhwc, as onnxruntime-cuda_nhwc verified it "
+                     f"and measured it fastest ({peak[id(fastest)]:.1f}/s)")
+
+
 def _options_for_format(plan: ModelPlan, fs, serving: backends.Serving, opts: TritonOptions, key: str,
                         notes: list[str], *, top: bool) -> None:
     gpu = plan.instance_kind == "KIND_GPU"
@@ -263,6 +293,8 @@ def _options_for_format(plan: ModelPlan, fs, serving: backends.Serving, opts: Tr
             db["default_priority_level"] = opts.default_priority_level or opts.priority_levels
         db["queue_policy"] = opts.queue_policy
         plan.dynamic_batching = db
+    if gpu and native_onnx and not opts.ort_trt_precision:
+        _served_cuda_variant(plan, fs, key, notes)
     if opts.cuda_graphs:
         if not gpu:
             raise UserInputError(f"--cuda-graphs needs GPU instances: add --kind gpu ({key} would get "
@@ -270,7 +302,7 @@ def _options_for_format(plan: ModelPlan, fs, serving: backends.Serving, opts: Tr
         if plan_file:
             plan.cuda_graphs = True
         elif native_onnx and not opts.ort_trt_precision:
-            plan.gpu_accelerators.append(("cuda", {"enable_cuda_graph": "1"}))
+            _cuda_accelerator(plan)["enable_cuda_graph"] = "1"
         elif not native_onnx:
             raise UserInputError(f"--cuda-graphs: Triton applies CUDA graphs to TensorRT plans and to ONNX Runtime "
                                  f"on GPU; {key} is served by the {serving.backend} backend")

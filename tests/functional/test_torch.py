@@ -228,10 +228,13 @@ def test_torch_source_needs_samples_or_shapes(cli, tmp_path):
 
 @pytest.mark.slow
 def test_aoti_and_torch_compile_on_cpu(cli, tmp_path):
-    """AOTInductor only on request on CPU; torch.compile's compile time is kept apart (load_s)."""
+    """AOTInductor only on request on CPU, here with frozen weights (the CUDA default: batch norms
+    folded into the convolutions); torch.compile's compile time is kept apart (load_s)."""
+    config = tmp_path / "nav.yaml"
+    config.write_text("converter_params: {torch_export_to_aoti: {freezing: true}}\n")
     r = cli("convert", f"{ROOT}/examples/cnn.py:small_cnn", "--shapes", "x:4x3x16x16", "--workdir", tmp_path / "wd",
             "--targets", "torch,aoti", "--runners", "torch_compile,aoti", "--profile-budget-s", "1",
-            "--max-batch-size", "2", "--device", "cpu", timeout=600)
+            "--max-batch-size", "2", "--device", "cpu", "--config-path", config, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     st = yaml.safe_load((tmp_path / "wd" / "cnn.nav.workspace" / "status.yaml").read_text())
     aoti = st["formats"]["aoti"]

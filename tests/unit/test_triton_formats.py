@@ -107,3 +107,34 @@ def test_engine_plugins_reach_the_launch_notes(ws, tmp_path):
     notes = emit(ws, {"repo": tmp_path / "repo"}).notes
     assert "tensorrt: start tritonserver with --backend-config=tensorrt,plugins=/opt/libnms.so" in notes
     assert any("LD_PRELOAD=/opt/libnms.so" in n for n in notes)
+
+
+@pytest.mark.parametrize("nhwc_fastest", [True, False])
+def test_onnx_on_gpu_is_served_with_the_cuda_options_it_was_verified_with(ws, tmp_path, nhwc_fastest):
+    """TF32 off (Triton's CUDA provider defaults to on; the fp32 verdict never saw it) and, when
+    onnxruntime-cuda_nhwc is the fastest verified CUDA runner, prefer_nhwc."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT16)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 3, "s"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT16, ["b", 3, "s"])])
+    (ws / "formats" / "onnx").mkdir(parents=True)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              ws / "formats" / "onnx" / "model.onnx")
+    st = status_mod.load(ws / "status.yaml")
+    fast, slow = (900.0, 500.0) if nhwc_fastest else (500.0, 900.0)
+    nhwc = _runner("onnxruntime", "cuda", [(8, fast)])
+    nhwc.provider = "cuda_nhwc"
+    st.formats["onnx"] = FormatStatus(format="onnx", path="formats/onnx/model.onnx", convert=ConvertStep(status="ok"),
+                                      runners={"onnxruntime-cuda": _runner("onnxruntime", "cuda", [(8, slow)]),
+                                               "onnxruntime-cuda_nhwc": nhwc})
+    status_mod.save(st, ws / "status.yaml")
+    result = emit(ws, {"repo": tmp_path / "repo", "formats": "onnx", "kind": "gpu", "cuda_graphs": True})
+    cfg = _cfg(result.models[0].path)
+    (acc,) = cfg.optimization.execution_accelerators.gpu_execution_accelerator
+    want = {"use_tf32": "0", "enable_cuda_graph": "1"} | ({"prefer_nhwc": "1"} if nhwc_fastest else {})
+    assert acc.name == "cuda" and dict(acc.parameters) == want
+    assert any("prefer_nhwc" in n for n in result.notes) == nhwc_fastest
+    cpu = _cfg(emit(ws, {"repo": tmp_path / "cpu", "formats": "onnx", "kind": "cpu"}).models[0].path)
+    assert not cpu.optimization.execution_accelerators.gpu_execution_accelerator
