@@ -2,7 +2,7 @@
 format, one results table.
 
     python benchmarks/gpu_check.py --out DIR [--cpu] [--models resnet50,bert] [--budget-s 3]
-        [--total-s 500] [--skip aoti,...] [--runners R,...]
+        [--total-s 500] [--skip aoti,...] [--targets [MODEL=]T,...] [--runners [MODEL=]R,...]
 
 Each model is one `navigator convert` run (a fresh process, its console in DIR/<model>.log):
 fp32 and fp16 formats together (torch, torchscript, torch_export, aoti, onnx and their fp16
@@ -67,12 +67,23 @@ def environment(cpu: bool) -> dict:
     return env
 
 
+def for_model(values: list[str], name: str) -> list[str]:
+    """``--targets a,b`` (every model) or ``--targets resnet50=a,b`` (that one): the list for ``name``."""
+    chosen: list[str] = []
+    for value in values:
+        model, sep, items = value.rpartition("=")
+        if not sep or model == name:
+            chosen = [x for x in items.split(",") if x]
+    return chosen
+
+
 def convert(name: str, args, workdir: Path, timeout_s: float) -> tuple[Path, float, int]:
     factory, small, shapes, batch, extra = MODELS[name]
     batch = 8 if args.cpu else batch
     model = f"{ROOT / 'benchmarks' / 'gpu_models.py'}:{small if args.cpu else factory}"
-    targets = [t for t in (CPU_TARGETS if args.cpu else GPU_TARGETS) if t not in args.skip]
-    runners = args.runners or (CPU_RUNNERS if args.cpu else GPU_RUNNERS)
+    targets = [t for t in for_model(args.targets, name) or (CPU_TARGETS if args.cpu else GPU_TARGETS)
+               if t not in args.skip]
+    runners = for_model(args.runners, name) or (CPU_RUNNERS if args.cpu else GPU_RUNNERS)
     cmd = [sys.executable, "-P", "-m", "navigator", "convert", model, "--model-name", name, "--workdir",
            str(workdir), "--device", "cpu" if args.cpu else "cuda", "--shapes", shapes.format(b=batch),
            "--sample-count", "1", "--max-batch-size", str(batch), "--targets", ",".join(targets),
@@ -253,11 +264,13 @@ def main(argv=None) -> int:
                              "and none starts with under 120 s left")
     parser.add_argument("--step-timeout-s", type=float, default=300.0, help="navigator's --timeout per step")
     parser.add_argument("--skip", default="", help="targets to leave out, e.g. aoti")
-    parser.add_argument("--runners", default="", help="runner names or keys (default: every CUDA runner)")
+    parser.add_argument("--targets", action="append", default=[],
+                        help="T,T for every model, or MODEL=T,T for one (repeat); default: every GPU format")
+    parser.add_argument("--runners", action="append", default=[],
+                        help="runner names or keys, as --targets (default: every CUDA runner)")
     parser.add_argument("--workdir")
     args = parser.parse_args(argv)
     args.skip = set(filter(None, args.skip.split(",")))
-    args.runners = [r for r in args.runners.split(",") if r]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(args.workdir or out / "work")

@@ -29,7 +29,10 @@ pack() {
     local tmp
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' RETURN
-    python3 -m pip download -q --no-deps "${PLATFORM[@]}" -d "$tmp/wheels" "${WHEELS[@]}"
+    local wheels=("${WHEELS[@]}")
+    # PACK_WITHOUT_ORT=1: a ~2 MB site for runs of the torch formats only (one part, one call)
+    [ -z "${PACK_WITHOUT_ORT:-}" ] || wheels=("${WHEELS[@]:1}")
+    python3 -m pip download -q --no-deps "${PLATFORM[@]}" -d "$tmp/wheels" "${wheels[@]}"
     python3 -m pip install -q --no-deps --no-compile "${PLATFORM[@]}" --target "$tmp/site" "$tmp"/wheels/*.whl
     rm -rf .gpu/part* && mkdir -p .gpu
     tar -C "$tmp/site" -cf - . | xz -T0 -6 > "$tmp/site.tar.xz"

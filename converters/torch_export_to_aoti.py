@@ -30,13 +30,14 @@ class TorchExportToAoti(Converter):
 
         ep = torch.export.load(str(ctx.source))
         if ctx.device == "cuda":
+            from navigator.runners.torch import on_device
             from navigator.sources.torch_support import dynamic_shapes, to_tensors
             from navigator.workspace import npz
 
             sample = npz.load(sorted(ctx.samples_dir.glob("*.npz"))[0])
             example = to_tensors(sample, ctx.signature.input_names, "cuda")
             profile = ctx.shape_profiles[0] if ctx.shape_profiles else None
-            ep = torch.export.export(ep.module().to("cuda"), example,
+            ep = torch.export.export(on_device(ep, "cuda").module(), example,
                                      dynamic_shapes=dynamic_shapes(ctx.signature, profile, varargs=False))
         options = {"max_autotune": True} if ctx.params.max_autotune else {}
         freezing = ctx.device == "cuda" if ctx.params.freezing is None else ctx.params.freezing

@@ -56,6 +56,11 @@ class TorchToTorchScript(Converter):
         import torch
 
         live = ctx.live
+        # trace on the run's device: a trace records the device of every tensor forward creates
+        # (BERT's attention bias), so a CPU trace fails on CUDA; the caller's own live module stays
+        # on the CPU (the calling process never initialises CUDA)
+        device = "cuda" if ctx.device == "cuda" and live.rebuilt else "cpu"
+        module, example = live.module.to(device), tuple(t.to(device) for t in live.example)
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")   # torch.jit is deprecated in 2.9+: we know
             if ctx.params.method == "script":
@@ -69,11 +74,12 @@ class TorchToTorchScript(Converter):
                 tf32 = torch.backends.cudnn.allow_tf32
                 torch.backends.cudnn.allow_tf32 = False
                 try:
-                    scripted = torch.jit.trace(live.module, live.example, check_trace=ctx.params.check_trace)
+                    scripted = torch.jit.trace(module, example, check_trace=ctx.params.check_trace)
                 finally:
                     torch.backends.cudnn.allow_tf32 = tf32
         scripted.save(str(ctx.output))
-        return ConvertOutcome(exporter=f"torch.jit.{ctx.params.method}", io_names=pytorch_backend_names(ctx.signature))
+        exporter = f"torch.jit.{ctx.params.method}" + (" (cuda)" if device == "cuda" else "")
+        return ConvertOutcome(exporter=exporter, io_names=pytorch_backend_names(ctx.signature))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ keeps the inputs on the GPU and leaves the outputs there (``io: device``, as
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -115,11 +116,14 @@ class TorchEagerRunner(_TorchRunner):
         from navigator.sources import torch_support as ts
 
         try:
-            module, _, record = ts.workspace_module(Path(self.path).parent.parent.parent, self.options.get("live"))
+            module, _, _ = ts.workspace_module(Path(self.path).parent.parent.parent, self.options.get("live"))
         except ts.LiveModuleUnavailable as e:
             raise RunnerUnavailable(e.one_line()) from None
-        if record.get("dtype"):   # a reduced-precision variant (torch-fp16 / torch-bf16)
-            module = ts.cast_module(module, record["dtype"])
+        # the module is the workspace's source; a reduced-precision variant (torch-fp16 / torch-bf16)
+        # names its dtype in its own source.json
+        own = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        if own.get("dtype"):
+            module = ts.cast_module(module, own["dtype"])
         return self._layout(module.to(self.device))
 
     def load(self):
@@ -179,7 +183,15 @@ class TorchExportRunner(_TorchRunner):
     name = "torch_export"
 
     def load(self):
-        return self._layout(self._torch.export.load(str(self.path)).module().to(self.device))
+        return self._layout(on_device(self._torch.export.load(str(self.path)), self.device).module())
+
+
+def on_device(program, device: str):
+    """An ExportedProgram moved to ``device``, the devices burnt into its nodes too (a ``.to()`` in
+    forward leaves an assertion of the export's device: BERT's mask, "Tensor device mismatch")."""
+    from torch.export.passes import move_to_device_pass
+
+    return move_to_device_pass(program, device) if device != "cpu" else program
 
 
 def promote_libstdcxx() -> None:

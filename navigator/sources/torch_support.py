@@ -416,6 +416,7 @@ class LiveModel:
     example: tuple
     signature: Any
     profile: dict | None
+    rebuilt: bool = False   # rebuilt from its record here (a worker, a reproducer), not the caller's live object
 
 
 def workspace_module(ws_root: Path, live: Any = None):
@@ -444,7 +445,7 @@ def live_from_workspace(ws_root: Path, signature, profiles: list, live: Any = No
     module, io, _ = workspace_module(ws_root, live)
     example = to_tensors(npz.load(Workspace(Path(ws_root)).input_files()[0]), io.inputs)
     return LiveModel(module=module, io=io, example=example, signature=signature,
-                     profile=profiles[0] if profiles else None)
+                     profile=profiles[0] if profiles else None, rebuilt=module is not live)
 
 
 REPRODUCE_HEAD = '''"""Rebuilds {output} of this workspace with plain PyTorch calls (run it from the

@@ -441,3 +441,26 @@ def test_cuda_runners_profile_on_the_device_channels_last(tmp_path):
         convs = [p for p in runner.fn.parameters() if p.dim() == 4]
         assert convs and all(p.is_contiguous(memory_format=torch.channels_last) for p in convs)
 
+
+
+def test_the_eager_runner_of_a_reduced_precision_variant_runs_its_dtype(cli, tmp_path):
+    """torch-fp16 / torch-bf16 record their dtype in their own source.json (the converter), and the
+    eager runner casts the workspace's module to it: before, it read the source's record and ran
+    fp32 (with TF32 on CUDA) under the fp16 key, 3,290 img/s where fp16 runs 13,000+."""
+    import types
+
+    import torch
+
+    from navigator import runners
+    from navigator.converters.torch_precision import torch_to_torch_bf16
+
+    r = cli("convert", f"{ROOT}/examples/cnn.py:small_cnn", "--shapes", "x:2x3x8x8", "--workdir", tmp_path / "wd",
+            "--targets", "torch", "--runners", "torch", "--no-profile", "--device", "cpu")
+    assert r.returncode == 0, r.stdout + r.stderr
+    ws = tmp_path / "wd" / "cnn.nav.workspace"
+    out = ws / "formats" / "torch-bf16" / "source.json"
+    out.parent.mkdir()
+    torch_to_torch_bf16().convert(types.SimpleNamespace(source=ws / "formats" / "torch" / "source.json", output=out))
+    for path, dtype in ((ws / "formats" / "torch" / "source.json", torch.float32), (out, torch.bfloat16)):
+        with runners.create(runners.RunnerSpec("torch", "cpu"), path, inputs=["x"], outputs=["output"]) as runner:
+            assert next(runner.fn.parameters()).dtype == dtype, path

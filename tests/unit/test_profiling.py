@@ -226,3 +226,22 @@ def test_a_coarse_sweep_ends_at_the_largest_power_of_two_allowed(clock, max_batc
                                warmup_iters=0, coarse=True)
     out = sweep(infer_with(clock, lambda b: 1e-3), SAMPLE, 0, settings)   # rising x per size: the largest wins
     assert list(dict.fromkeys(clock.calls))[:len(grid)] == grid
+
+
+def test_compiling_for_a_new_batch_size_does_not_spend_the_budget(clock):
+    """torch.compile recompiles, CUDA graphs record, at each new shape: a first inference 10 s slower
+    than the rest. With a 3 s budget the sweep still measures every size (it measured batch 1
+    alone on an H200, the budget spent by the compile at 256)."""
+    seen: set[int] = set()
+
+    def cost(b):
+        first = b not in seen
+        seen.add(b)
+        return 0.001 * b + (10.0 if first else 0.0)
+
+    out = sweep(infer_with(clock, cost), SAMPLE, 0, ProfileSettings(budget_s=3.0, batch_sizes=[1, 256],
+                                                                   max_batch_size=256))
+    assert [r["batch_size"] for r in out.results] == [1, 256], out.reason
+    assert out.results[1]["throughput"] == pytest.approx(1000.0, rel=1e-3)
+    # without the compile, the same sweep costs the same as before: nothing is added
+    assert profiling.compile_time(infer_with(clock, lambda b: 0.5), {"x": np.zeros((2, 1))}) == 0.0

@@ -63,3 +63,22 @@ def test_torch_compile_variants_map_to_inductor_options():
     with pytest.raises(RunnerUnavailable, match="no variant 'fast'"):
         options("cuda", "fast")
     assert TorchCompileRunner.name == "torch_compile"
+
+
+def test_an_exported_program_moves_with_the_devices_burnt_into_its_nodes():
+    """A ``.to(dtype)`` in forward leaves ``_assert_tensor_metadata(device=cpu)`` in the program:
+    BERT's torch_export failed on CUDA with "Tensor device mismatch" until the runner moved it."""
+    torch = pytest.importorskip("torch", reason="needs torch")
+    from navigator.runners.torch import on_device
+
+    class Mask(torch.nn.Module):
+        def forward(self, x, m):
+            return x * m.to(torch.float32)
+
+    ep = torch.export.export(Mask(), (torch.ones(2, 3), torch.ones(2, 3, dtype=torch.int64)))
+    assert on_device(ep, "cpu") is ep
+    moved = on_device(ep, "meta")   # any other device: the nodes' burnt-in device follows
+    asserts = [n.kwargs["device"] for n in moved.graph.nodes if "assert_tensor_metadata" in str(n.target)]
+    assert asserts and all(str(d) == "meta" for d in asserts)
+    out = moved.module()(torch.ones(2, 3, device="meta"), torch.ones(2, 3, dtype=torch.int64, device="meta"))
+    assert out.device.type == "meta"
