@@ -95,7 +95,7 @@ case "${1:-}" in
     --cpu)
         shift
         OUT=${OUT:-$(mktemp -d /tmp/gpu-check-cpu.XXXX)}
-        exec "$ROOT/.venv/bin/python" -P "$ROOT/benchmarks/gpu_check.py" --cpu --out "$OUT" "$@" ;;
+        exec "${PYTHON:-$ROOT/.venv/bin/python}" -P "$ROOT/benchmarks/gpu_check.py" --cpu --out "$OUT" "$@" ;;
     *)
         install
         install_nav

@@ -36,3 +36,22 @@ def test_transformer_block_factory(cli, tmp_path):
     assert st["signature"]["outputs"] == [{"name": "logits", "dtype": "float32", "shape": [-1, 8]},
                                           {"name": "pooled", "dtype": "float32", "shape": [-1, 64]}]
     assert st["formats"]["onnx"]["runners"]["onnxruntime-cpu"]["verify"]["status"] == "ok"
+
+
+@pytest.mark.slow
+def test_the_gpu_check_dry_runs_on_the_cpu(tmp_path):
+    """benchmarks/gpu_check.sh --cpu: the GPU check's steps with small stand-ins, so a device
+    lease goes to measuring; its table names every (format, runner) with the task-level figures."""
+    import json
+    import os
+
+    out = tmp_path / "out"
+    r = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--cpu", "--models", "resnet50",
+                        "--targets", "resnet50=torch,torchscript", "--runners", "resnet50=torch,torchscript",
+                        "--budget-s", "0.5"], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "OUT": str(out), "PYTHON": sys.executable})
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = json.loads((out / "gpu_check.json").read_text())["rows"]
+    assert {(x["format"], x["runner"]) for x in rows} == {("torch", "torch-cpu"), ("torchscript", "torchscript-cpu")}
+    assert all(x["verify"] == "ok" and x["top1"] == 1.0 and x["conclusive"] for x in rows), rows
+    assert "| resnet50 | torchscript | torchscript-cpu | ok | ok |" in (out / "gpu_check.md").read_text()
