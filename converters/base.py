@@ -74,6 +74,10 @@ class Converter:
     # target is made from it in a worker, beside the object's other work in the calling process;
     # should that fail, from the live object as usual (navigator.pipeline.execute.worker_route).
     via: ClassVar[str | None] = None
+    # True for an edge calibrated on the stored samples (int8): its Params has ``calibration_samples``;
+    # the run calibrates it on one part of the samples and verifies it on the others
+    # (navigator.pipeline.tasks.calibration_split)
+    calibrates: ClassVar[bool] = False
 
     def convert(self, ctx: ConvertContext) -> ConvertOutcome | None:
         raise NotImplementedError

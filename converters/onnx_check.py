@@ -181,3 +181,65 @@ def check_artifact(path: str | Path) -> list[str]:
             log.warning("%s: %s", path.name, "; ".join(notes))
     check_file(path)
     return notes
+
+
+# --------------------------------------------------------------------------- precision in name only
+# a reduced-precision graph whose heavy ops' weights are mostly not in its precision is not that
+# precision (an fp16 conversion that kept an If node -- the whole network -- in fp32 held no fp16)
+MIN_PRECISION_SHARE = 0.5
+_PRECISION_TYPES = {"fp16": ("FLOAT16",), "bf16": ("BFLOAT16",), "int8": ("INT8", "UINT8"),
+                    "fp8": ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ")}
+_COMPUTE_OPS = {"Conv", "ConvTranspose", "MatMul", "Gemm", "MatMulInteger", "ConvInteger", "QLinearConv",
+                "QLinearMatMul"}
+_PASS_THROUGH = {"DequantizeLinear", "Cast", "Transpose", "Reshape", "Identity"}   # weight -> op, value unchanged
+
+
+def _graphs(graph):
+    """A graph and every subgraph in it."""
+    from onnx import AttributeProto
+
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == AttributeProto.GRAPH:
+                yield from _graphs(attr.g)
+            elif attr.type == AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _graphs(g)
+
+
+def precision_share(path, precision: str) -> float | None:
+    """The share of the weight bytes of a graph's heavy ops (convolutions, matrix products; in
+    subgraphs too) held in ``precision``'s types, following a weight through DequantizeLinear, Cast
+    and reshapes to its initializer; None for a precision this does not measure or no such weight."""
+    import math
+
+    import onnx
+    from onnx import TensorProto
+
+    wanted = _PRECISION_TYPES.get(precision)
+    if wanted is None:
+        return None
+    model = onnx.load(str(path), load_external_data=False)
+    total = held = 0
+    for graph in _graphs(model.graph):
+        tensors = {t.name: t for t in graph.initializer}
+        for node in graph.node:
+            if node.op_type == "Constant" and node.attribute and node.attribute[0].type == onnx.AttributeProto.TENSOR:
+                tensors[node.output[0]] = node.attribute[0].t
+        producer = {out: node for node in graph.node for out in node.output}
+        seen: set[str] = set()
+        for node in graph.node:
+            if node.op_type not in _COMPUTE_OPS:
+                continue
+            for name in node.input:
+                while name not in tensors and name in producer and producer[name].op_type in _PASS_THROUGH:
+                    name = producer[name].input[0]
+                t = tensors.get(name)
+                if t is None or name in seen or not t.dims:
+                    continue
+                seen.add(name)
+                size = math.prod(t.dims) * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+                total += size
+                held += size if TensorProto.DataType.Name(t.data_type) in wanted else 0
+    return held / total if total else None

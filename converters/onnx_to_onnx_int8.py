@@ -40,7 +40,10 @@ class OnnxInt8Params:
     quantize_bias: bool = False           # int32 bias DQ: TensorRT cannot parse it
     op_types_to_quantize: tuple = ("Conv", "MatMul", "Gemm")   # () = every op type onnxruntime quantizes
     nodes_to_exclude: tuple = ()          # node names kept in fp32
-    max_calibration_batches: int | None = None   # None = every stored batch
+    max_calibration_batches: int | None = None   # None = every stored batch (of calibration_samples)
+    # stored samples to calibrate on ("000", ...; () = all); the run sets it to a part of them and
+    # verifies the graph on the others (navigator.pipeline.tasks.calibration_split)
+    calibration_samples: tuple = ()
     reduce_range: bool | None = None      # 7-bit weights; None = on x86 CPUs without VNNI (see the docstring)
 
     def __post_init__(self):
@@ -52,17 +55,22 @@ class OnnxInt8Params:
             raise UserInputError("max_calibration_batches must be >= 1")
         object.__setattr__(self, "op_types_to_quantize", tuple(self.op_types_to_quantize))
         object.__setattr__(self, "nodes_to_exclude", tuple(self.nodes_to_exclude))
+        object.__setattr__(self, "calibration_samples", tuple(str(x) for x in self.calibration_samples))
 
 
-def calibration_batches(samples_dir, input_names: list[str], limit: int | None = None) -> list[dict]:
-    """The stored sample batches as feeds for the graph's inputs."""
+def calibration_batches(samples_dir, input_names: list[str], limit: int | None = None,
+                        only: tuple = ()) -> list[dict]:
+    """The stored sample batches (``only`` these stems, when given) as feeds for the graph's inputs."""
     from pathlib import Path
 
     from navigator.workspace import npz
 
     files = sorted(Path(samples_dir).glob("*.npz")) if samples_dir else []
+    if only:
+        files = [f for f in files if f.stem in only]
     if not files:
-        raise UserInputError(f"int8 calibration needs stored samples; {samples_dir}/*.npz holds none")
+        raise UserInputError(f"int8 calibration needs stored samples; {samples_dir}/*.npz holds none"
+                             + (f" of {', '.join(only)}" if only else ""))
     batches = []
     for path in files[:limit]:
         sample = npz.load(path)
@@ -78,16 +86,14 @@ def cpu_has_vnni() -> bool | None:
     CPU without, None when it cannot tell (not Linux x86: the question does not apply)."""
     import platform
 
+    from navigator.deps import cpu_flags
+
     if platform.machine().lower() not in ("x86_64", "amd64", "i686", "x86"):
         return None
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
-    except OSError:
+    flags = cpu_flags()
+    if not flags:
         return None
-    if flags is None:
-        return None
-    return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & set(flags))
+    return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & flags)
 
 
 @register
@@ -100,6 +106,7 @@ class OnnxToOnnxInt8(Converter):
     requires = ("onnx", "onnxruntime")
     devices = ("cpu", "cuda")
     Params = OnnxInt8Params
+    calibrates = True
 
     def convert(self, ctx: ConvertContext) -> ConvertOutcome:
         import onnx
@@ -113,7 +120,7 @@ class OnnxToOnnxInt8(Converter):
         model = onnx.load(str(ctx.source), load_external_data=False)
         initializers = {i.name for i in model.graph.initializer}
         input_names = [i.name for i in model.graph.input if i.name not in initializers]
-        batches = calibration_batches(ctx.samples_dir, input_names, p.max_calibration_batches)
+        batches = calibration_batches(ctx.samples_dir, input_names, p.max_calibration_batches, p.calibration_samples)
 
         class Reader(CalibrationDataReader):
             def __init__(self):

@@ -48,6 +48,7 @@ class NavigatorConfig:
     atol: dict | None = None
     rtol: dict | None = None
     compare: dict | None = None
+    output_kinds: dict | None = None                # output name -> kind (navigator.validators.kinds), declared
     error_stat: str | None = None
     allow_nan: bool = False
     # Per stage and format, in seconds. Enforced in full for workers (the process group is killed).
@@ -317,6 +318,14 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
             merged = dict(getattr(base, key) or {})
             merged.update(value)
             changes[key] = merged
+        elif key == "output_kinds":
+            if isinstance(value, str):
+                value = specs.parse_output_kinds(value)
+            elif isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
+                value = specs.parse_output_kinds(",".join(f"{specs.format_name(str(k))}:{v}" for k, v in value.items()))
+            else:
+                raise UserInputError("output_kinds: expected 'name:kind' or a mapping of names to kinds")
+            changes[key] = value
         elif key == "compare":
             if isinstance(value, str):
                 value = specs.parse_compare(value)

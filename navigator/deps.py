@@ -101,3 +101,22 @@ def gpu_present() -> bool:
         return bool(os.listdir("/proc/driver/nvidia/gpus"))
     except OSError:
         return os.path.exists("/dev/nvidia0")
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (Linux /proc/cpuinfo; empty elsewhere or when unreadable)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_bf16() -> bool:
+    """The CPU computes bf16 natively (AVX512_BF16 or AMX): OpenVINO's CPU plugin then defaults to
+    bf16 inference, and Triton's OpenVINO backend cannot ask it for f32."""
+    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
+

@@ -9,6 +9,28 @@ navigator.log, shown with ``--verbose``).
 from __future__ import annotations
 
 
+import re
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+# torch's advice appended to every compile/export error, not its cause
+_BOILERPLATE = re.compile(
+    r"Set TORCH_LOGS=[^\n]*|You can suppress this exception and fall back to eager.*?suppress_errors = True|"
+    r"For more information about this error, see: \S+|To execute this test, run the following[^\n]*",
+    re.DOTALL)
+
+
+def plain_reason(text: str, limit: int = 500) -> str:
+    """A failure's cause on one line: terminal colour codes and torch's standard advice removed,
+    whitespace collapsed, at most ``limit`` characters."""
+    text = _BOILERPLATE.sub(" ", _ANSI.sub("", str(text)))
+    return " ".join(text.split())[:limit]
+
+
+def error_text(e: BaseException, limit: int = 500) -> str:
+    """``Type: message`` of an exception as one plain line (:func:`plain_reason`)."""
+    return plain_reason(f"{type(e).__name__}: {e}".strip(), limit)
+
+
 class NavigatorError(Exception):
     """Base of every error Navigator raises on purpose."""
 

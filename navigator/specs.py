@@ -354,6 +354,25 @@ def parse_dtypes(text: str, option: str = "--dtypes") -> dict[str, str]:
             return out
 
 
+def parse_output_kinds(text: str, option: str = "--output-kinds") -> dict[str, str]:
+    """Parse ``probs:probabilities,output0:detections`` (navigator.validators.kinds.KINDS)."""
+    from navigator.validators.kinds import KINDS
+
+    cur = _Cursor(text, option, "output_kinds")
+    out: dict[str, str] = {}
+    while True:
+        cur.begin_entry()
+        name = cur.name()
+        cur.colon(name)
+        tok = cur.value("output kind", name).lower()
+        if tok not in KINDS:
+            cur.fail(f"unknown output kind {_show(tok)} in {cur.entry()}; allowed: {', '.join(KINDS)}")
+        _check_dup(cur, out, name)
+        out[name] = tok
+        if not cur.next_entry():
+            return out
+
+
 def parse_compare(
     text: str, option: str = "--compare"
 ) -> dict[str, tuple[str, float | None]]:

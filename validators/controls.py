@@ -77,9 +77,39 @@ def mismatches(rule, out, ref):
     return out != ref
 
 
-def cosine(out, ref) -> float:
+# why a top-1 rule may reject a format whose arg-max agrees, by kind
+TOP1_NOTE = {"probabilities": ", or moved the reference class's probability by more than 0.1"}
+
+
+def top1_rows(out, ref, kind) -> tuple[int, int]:
+    """(rows that agree, rows) along the kind's class axis: the same arg-max and, for
+    probabilities, the reference class's probability within 0.1 (a cat must not become another
+    class, nor a confident answer a guess)."""
     import numpy as np
 
+    from navigator.validators.kinds import SCORE_DELTA
+
+    axis = kind.axis if kind is not None and kind.axis is not None else np.ndim(ref) - 1
+    o = np.moveaxis(np.asarray(out, dtype=np.float64), axis, -1).reshape(-1, np.shape(ref)[axis])
+    r = np.moveaxis(np.asarray(ref, dtype=np.float64), axis, -1).reshape(-1, np.shape(ref)[axis])
+    if not r.size:
+        return 0, 0
+    best = r.argmax(axis=1)
+    agree = o.argmax(axis=1) == best
+    if kind is not None and kind.kind == "probabilities":
+        rows = np.arange(r.shape[0])
+        agree &= np.abs(o[rows, best] - r[rows, best]) <= SCORE_DELTA
+    return int(agree.sum()), int(r.shape[0])
+
+
+def cosine(out, ref, batch_dim: int | None = None) -> float:
+    """Cosine similarity of the whole tensors, or with ``batch_dim`` the smallest over its rows."""
+    import numpy as np
+
+    if batch_dim is not None:
+        from navigator.validators.kinds import cosine_rows
+
+        return cosine_rows(out, ref, batch_dim)
     a = np.asarray(out, dtype=np.float64).ravel()
     b = np.asarray(ref, dtype=np.float64).ravel()
     na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
@@ -127,7 +157,7 @@ def confident_flips(out, ref, batch_dim: int | None) -> int:
 
 
 def accepted(rule, candidate, ref, *, allow_nan: bool = False, error_stat: str = "elemwise",
-             batch_dim: int | None = 0) -> bool:
+             batch_dim: int | None = 0, kind=None) -> bool:
     """Would ``rule`` accept ``candidate`` as the output? (The same rule as the comparison; the
     tolerance mode in numpy, which is Polygraphy's rule: tests/unit/test_numeric.py.)"""
     import numpy as np
@@ -146,7 +176,16 @@ def accepted(rule, candidate, ref, *, allow_nan: bool = False, error_stat: str =
     if mode == "mismatch_fraction":
         return np.count_nonzero(mismatches(rule, candidate, ref)) / max(1, ref.size) <= (rule.threshold or 0.0)
     if mode == "cosine":
-        return cosine(candidate, ref) >= (rule.threshold if rule.threshold is not None else 1.0)
+        rows = batch_dim if kind is not None else None
+        return cosine(candidate, ref, rows) >= (rule.threshold if rule.threshold is not None else 1.0)
+    if mode == "top1":
+        agree, rows = top1_rows(candidate, ref, kind)
+        return rows == 0 or agree / rows >= (rule.threshold or 0.0)
+    if mode == "detections":
+        from navigator.validators import kinds
+
+        return kinds.f1(*kinds.detection_counts(candidate, ref, kind or kinds.Kind("detections", 1, 4))) \
+            >= (rule.threshold or 0.0)
     if mode == "quantized":
         return (worst_relative_l2(candidate, ref, batch_dim) <= (rule.threshold or 0.0)
                 and not confident_flips(candidate, ref, batch_dim))

@@ -40,15 +40,19 @@ class Accumulator:
     its negative controls. ``batch_dim``: rows of the ``quantized`` mode (None: the whole
     tensor is one sample)."""
 
-    def __init__(self, name: str, rule: OutputRule, *, batch_dim: int | None = 0, scale: float | None = None):
+    def __init__(self, name: str, rule: OutputRule, *, batch_dim: int | None = 0, scale: float | None = None,
+                 kind=None, select: tuple[int, list[int]] | None = None):
         self.name = name
         self.rule = rule
         self.batch_dim = batch_dim
+        self.kind = kind                # navigator.validators.kinds.Kind: top1's axis, detections' layout
+        self.select = select            # (axis, indices): this accumulator checks that slice group only
         self.check = OutputCheck(mode=rule.mode, passed=True, atol=rule.atol, rtol=rule.rtol,
                                  threshold=rule.threshold, scale=scale)
         if rule.mode in ("tolerance",):
             self.check.max_abs = self.check.max_rel = self.check.min_atol = self.check.min_rtol = 0.0
-        self._mismatch = [0, 0]
+        self._mismatch = [0, 0]          # mismatch_fraction: elements; top1: rows (agreeing, all)
+        self._detections = [0, 0, 0]     # detections: matched, extra, missed
         self._cosine: float | None = None
         self._controls = controls.Tally()
 
@@ -71,6 +75,9 @@ class Accumulator:
         if out.shape != ref.shape:
             self.fail(f"shape {list(out.shape)} != reference {list(ref.shape)}{where}")
             return
+        if self.select is not None:
+            out, ref = self._take(out), self._take(ref)
+            candidates = None if candidates is None else [(n, self._take(np.asarray(a))) for n, a in candidates]
         out, ref, nan = mask_nan(out, ref, allow_nan=allow_nan)
         if nan:
             hint = "" if allow_nan else " (--allow-nan lets NaN pass where the reference has NaN)"
@@ -78,8 +85,24 @@ class Accumulator:
             return
         if candidates is not None:
             self._controls.add(ref, [(name, controls.accepted(rule, cand, ref, allow_nan=allow_nan,
-                                                              error_stat=error_stat, batch_dim=self.batch_dim))
+                                                              error_stat=error_stat, batch_dim=self.batch_dim,
+                                                              kind=self.kind))
                                      for name, cand in candidates])
+        if rule.mode == "top1":
+            agree, rows = controls.top1_rows(out, ref, self.kind)
+            self._mismatch[0] += agree
+            self._mismatch[1] += rows
+            c.measured = self._mismatch[0] / max(1, self._mismatch[1])
+            self._stats(out, ref)      # the verdict is taken over every comparison, in result()
+            return
+        if rule.mode == "detections":
+            from navigator.validators import kinds
+
+            for i, v in enumerate(kinds.detection_counts(out, ref, self.kind)):
+                self._detections[i] += v
+            c.measured = kinds.f1(*self._detections)
+            self._stats(out, ref)
+            return
         if rule.mode == "exact":
             if not np.array_equal(out, ref):
                 n = int(np.count_nonzero(out != ref))
@@ -93,7 +116,7 @@ class Accumulator:
             self._stats(out, ref)      # the verdict is taken over every comparison, in result()
             return
         if rule.mode == "cosine":
-            cos = controls.cosine(out, ref)
+            cos = controls.cosine(out, ref, self.batch_dim if self.kind is not None else None)
             self._cosine = cos if self._cosine is None else min(self._cosine, cos)
             c.measured = self._cosine
             bound = rule.threshold if rule.threshold is not None else 1.0
@@ -119,6 +142,12 @@ class Accumulator:
         if not passed:
             self.fail(f"max abs {_fmt(max_abs)} / max rel {_fmt(max_rel)} exceed atol {rule.atol:g} / "
                       f"rtol {rule.rtol:g} (Polygraphy rule, {error_stat}){where}")
+
+    def _take(self, a):
+        import numpy as np
+
+        axis, indices = self.select
+        return np.take(a, indices, axis=axis)
 
     def _stats(self, out, ref, error_stat: str = "elemwise", stats: dict | None = None):
         """Fold max_abs, max_rel, min_atol and min_rtol of one comparison into the check;
@@ -158,16 +187,69 @@ class Accumulator:
             if c.measured > bound:
                 self.fail(f"mismatch fraction {c.measured:.4g} > {bound:g} ({self._mismatch[0]} of "
                           f"{self._mismatch[1]} elements)")
+        if rule.mode == "top1" and c.measured is not None and c.measured < (rule.threshold or 0.0):
+            self.fail(f"top-1 agreement {c.measured:.4g} < {rule.threshold:g} ({self._mismatch[1] - self._mismatch[0]} "
+                      f"of {self._mismatch[1]} rows changed their class{controls.TOP1_NOTE.get(self._kind_name, '')})")
+        if rule.mode == "detections" and c.measured is not None and c.measured < (rule.threshold or 0.0):
+            m, extra, missed = self._detections
+            self.fail(f"detections F1 {c.measured:.4g} < {rule.threshold:g} ({m} of {m + missed} reference "
+                      f"detections matched, {extra} extra; a match: same class, IoU >= 0.5, score within 0.1)")
         if rule.mode != "skip":
             c.conclusive, c.control = self._controls.verdict(rule)
             if c.passed and c.conclusive is False:
                 c.cure = controls.cure(self.name, rule)
+        if self.kind is not None:
+            c.kind = self.kind.kind
         # status.yaml is also read as JSON: an infinite statistic is recorded as null
         for attr in ("max_abs", "max_rel", "min_atol", "min_rtol"):
             v = getattr(c, attr)
             if v is not None and not math.isfinite(v):
                 setattr(c, attr, None)
         return c
+
+
+    @property
+    def _kind_name(self) -> str:
+        return self.kind.kind if self.kind is not None else ""
+
+
+class SlicedAccumulator:
+    """One output checked as slice groups of different magnitude (a detector's box pixels and its
+    class scores), each with its own scale, rule and negative controls: the output passes when every
+    group passes and is conclusive when every group could fail (a zeroed score group must be
+    rejected too). The Accumulator interface, so comparisons do not tell them apart."""
+
+    def __init__(self, name: str, parts: list[tuple[str, Accumulator]], kind=None):
+        self.name = name
+        self.parts = parts
+        self.kind = kind
+
+    def fail(self, reason: str) -> None:
+        for _, acc in self.parts:
+            acc.fail(reason)
+
+    def add(self, out, ref, **kwargs) -> None:
+        for _, acc in self.parts:
+            acc.add(out, ref, **kwargs)
+
+    def result(self) -> OutputCheck:
+        checks = [(label, acc.result()) for label, acc in self.parts]
+        first = checks[0][1]
+        merged = OutputCheck(mode=first.mode, passed=all(c.passed for _, c in checks), rtol=first.rtol,
+                             threshold=first.threshold, kind=self.kind.kind if self.kind is not None else None)
+        for attr in ("max_abs", "max_rel", "min_atol", "min_rtol", "measured"):
+            values = [getattr(c, attr) for _, c in checks if getattr(c, attr) is not None]
+            if values:
+                setattr(merged, attr, max(values))
+        failed = [f"[{label}] {c.reason}" for label, c in checks if not c.passed]
+        merged.reason = "; ".join(failed) or None
+        conclusive = [c.conclusive for _, c in checks]
+        merged.conclusive = None if all(x is None for x in conclusive) else all(x is not False for x in conclusive)
+        merged.control = "; ".join(f"[{label}] {c.control}" for label, c in checks if c.control) or None
+        merged.cure = next((c.cure for _, c in checks if c.cure), None)
+        merged.slices = [{"slice": label, **{k: v for k, v in c.to_dict().items() if k not in ("mode", "kind")}}
+                         for label, c in checks]
+        return merged
 
 
 def _cast_up(arr):

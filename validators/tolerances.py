@@ -59,6 +59,24 @@ DEVICE_FLOOR: dict[tuple[str, str], tuple[float, float]] = {
     ("cuda", "fp32"): (1e-4, 1e-3),
 }
 
+# Lossy precisions are judged by what the model is for, where an output's kind says it
+# (navigator.validators.kinds): a classifier by its top-1 agreement, a detector by the F1 of its
+# decoded boxes, an embedding by its worst row cosine. precision -> mode -> the budget (the least
+# agreement / F1 / cosine that passes). Other outputs keep TABLE's tolerance (fp16, bf16) or the
+# quantized rule (int8, fp8).
+TASK: dict[str, dict[str, float]] = {
+    "fp16": {"top1": 0.99, "detections": 0.95, "cosine": 0.999},
+    "bf16": {"top1": 0.99, "detections": 0.95, "cosine": 0.999},
+    "int8": {"top1": 0.99, "detections": 0.95, "cosine": 0.99},
+    "fp8": {"top1": 0.99, "detections": 0.95, "cosine": 0.99},
+}
+TASK_MODE = {"probabilities": "top1", "logits": "top1", "detections": "detections", "embedding": "cosine"}
+
+# fp32 is never held below the source's own legitimate variation: the reference against the same
+# source run the way the runners run it (onnxruntime with its graph optimisations on; a PyTorch
+# module in float64), this many times its largest difference.
+FLOOR_FACTOR = 3.0
+
 # mode -> the range of its value (None: the mode takes no value). The one list of modes:
 # --compare, gate policies and the comparison itself read it.
 MODES: dict[str, tuple[float, float] | None] = {
@@ -68,6 +86,8 @@ MODES: dict[str, tuple[float, float] | None] = {
     "mismatch_fraction": (0.0, 1.0),
     "cosine": (-1.0, 1.0),
     "quantized": (0.0, 1.0),
+    "top1": (0.0, 1.0),
+    "detections": (0.0, 1.0),
 }
 
 ROBUST_QUANTILE = 99.0    # the scale: this percentile of |reference| (max when it is 0)
@@ -81,20 +101,35 @@ class OutputRule:
     mode: str
     atol: float | None = None
     rtol: float | None = None
-    threshold: float | None = None     # mismatch_fraction / cosine / quantized bound
+    threshold: float | None = None     # mismatch_fraction / cosine / quantized / top1 / detections bound
     atol_factor: float | None = None   # default rules: atol = atol_factor x the output's scale
+    # a default mode's precision (provenance, not part of the rule): the worker may judge it by kind
+    precision: str | None = dataclasses.field(default=None, compare=False)
 
-    def resolve(self, scale: float | None) -> "OutputRule":
-        """The rule with an absolute atol: ``atol_factor x scale`` for a default rule."""
+    def resolve(self, scale: float | None, floor: float | None = None) -> "OutputRule":
+        """The rule with an absolute atol: ``atol_factor x scale`` for a default rule, never below
+        ``floor`` (the source's own variation times FLOOR_FACTOR)."""
         if self.atol is not None or self.atol_factor is None:
             return self
-        return dataclasses.replace(self, atol=self.atol_factor * float(scale or 0.0))
+        return dataclasses.replace(self, atol=max(self.atol_factor * float(scale or 0.0), float(floor or 0.0)))
 
-    def derivation(self, scale: float | None) -> str:
+    def for_kind(self, kind: str) -> "OutputRule":
+        """A default rule at a lossy precision, judged by the task its output kind names (TASK)."""
+        mode = TASK_MODE.get(kind)
+        if self.precision not in TASK or mode is None or self.mode in ("exact", "mismatch_fraction", "skip"):
+            return self
+        return dataclasses.replace(self, mode=mode, threshold=TASK[self.precision][mode], atol=None, rtol=None,
+                                   atol_factor=None)
+
+    def derivation(self, scale: float | None, floor: float | None = None, unit: bool = False) -> str:
         """How atol was chosen, for status.yaml and the report."""
         if self.atol_factor is None:
             return "given" if self.atol is not None else "none"
-        return f"{self.atol_factor:g} x scale {float(scale or 0.0):.4g} (p{ROBUST_QUANTILE:g} of |reference|)"
+        how = "max(p99, half the largest) of |reference|" if unit else f"p{ROBUST_QUANTILE:g} of |reference|"
+        text = f"{self.atol_factor:g} x scale {float(scale or 0.0):.4g} ({how})"
+        if floor and floor > self.atol_factor * float(scale or 0.0):
+            text = f"floor {floor:.4g} ({FLOOR_FACTOR:g} x the source's own variation), above {text}"
+        return text
 
 
 def robust_magnitude(arrays) -> float:
@@ -147,6 +182,7 @@ def rule_for(name: str, dtype: str, *, precision: str = "fp32", fmt: str | None 
     factor = None if given_atol is not None else d_atol
     compare = compare or {}
     mode, value = compare.get(name) or compare.get("*") or (None, None)
+    auto = None
     if mode is None:
         is_int = dtype == "bool" or dtype.startswith(("int", "uint"))
         if is_int:
@@ -155,4 +191,6 @@ def rule_for(name: str, dtype: str, *, precision: str = "fp32", fmt: str | None 
             mode, value = "quantized", LOSSY[precision]
         else:
             mode = "tolerance"
-    return OutputRule(mode=mode, atol=given_atol, rtol=r, threshold=value, atol_factor=factor)
+        if not is_int and given_atol is None and given_rtol is None:
+            auto = precision
+    return OutputRule(mode=mode, atol=given_atol, rtol=r, threshold=value, atol_factor=factor, precision=auto)

@@ -121,6 +121,11 @@ class Workspace:
         return self.root / "samples" / "reference"
 
     @property
+    def variation_dir(self) -> Path:
+        """The source's outputs run the way the runners run it (the fp32 floor's measure)."""
+        return self.root / "samples" / "variation"
+
+    @property
     def jobs_dir(self) -> Path:
         return self.root / "jobs"
 
@@ -277,6 +282,9 @@ class Workspace:
 
     def reference_file(self, sample: str) -> Path:
         return self.reference_dir / f"{sample}.npz"
+
+    def variation_file(self, sample: str) -> Path:
+        return self.variation_dir / f"{sample}.npz"
 
     def check_no_links(self, *, below: str | os.PathLike | None = None) -> None:
         """Refuse a workspace (or the part of it ``below``) that holds a symbolic link: every file

@@ -1,4 +1,4 @@
-"""status.yaml: the record of a workspace (schema version 2).
+"""status.yaml: the record of a workspace (schema version 3).
 
 A public interface: users' CI jobs and ``navigator gate`` read it. The
 layout is ARCHITECTURE.md's; ``schema/status.v1.schema.json`` states it as a
@@ -22,7 +22,7 @@ from navigator.errors import UserInputError
 from navigator.types import ModelSignature, Record
 from navigator.workspace.atomic import write_text
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # inconclusive (v2): a verification whose check could not have failed on its data (negative controls)
 STEP_STATUSES = ("ok", "failed", "skipped", "inconclusive")
 RUN_STATES = ("running", "complete", "interrupted")
@@ -35,8 +35,16 @@ def _v1_to_v2(data: dict) -> dict:
     return data
 
 
+def _v2_to_v3(data: dict) -> dict:
+    """v3 adds optional fields (output kinds, the fp32 floor, slice groups, the samples a calibrated
+    format was verified on, runner settings, the precision share) and the top1 / detections modes;
+    a v2 record reads as it was: no v2 file holds them."""
+    data["schema_version"] = 3
+    return data
+
+
 # from_version -> migration to from_version + 1. Keep them small and ordered.
-MIGRATIONS: dict[int, Callable[[dict], dict]] = {1: _v1_to_v2}
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def now() -> str:
@@ -52,6 +60,8 @@ class ConvertStep(Record):
     inputs_sha256: str | None = None
     artifact_sha256: str | None = None   # of the artifact's files: a resumed run reuses only these (v2)
     log: str | None = None
+    # (v3, optional) a reduced-precision artifact: the share of its weight bytes in that precision
+    precision_share: float | None = None
 
 
 @dataclass
@@ -75,6 +85,13 @@ class OutputCheck(Record):
     conclusive: bool | None = None     # the check rejected a wrong answer (negative control) on this data
     control: str | None = None         # what the negative controls showed
     cure: str | None = None            # when inconclusive: what makes the check able to fail
+    # (v3, optional) what the output is (navigator.validators.kinds): probabilities, scores, detections,
+    # logits, embedding or tensor, and how that was found; the fp32 floor (FLOOR_FACTOR x the source's
+    # own variation) atol was held above; per slice group, when slices differ in magnitude by orders
+    kind: str | None = None
+    kind_reason: str | None = None
+    floor: float | None = None
+    slices: list[dict] | None = None
 
 
 @dataclass
@@ -85,6 +102,13 @@ class VerifyStep(Record):
     batch_sizes: list[int] = field(default_factory=list)
     outputs: dict[str, OutputCheck] = field(default_factory=dict)
     load_s: float | None = None        # loading the runner (and compiling, for torch_compile)
+    # (v3, optional) a format calibrated on stored samples (int8): the samples it was verified on and
+    # those it was calibrated on, never the same unless only one was stored (then: inconclusive)
+    samples: list[str] | None = None
+    calibrated_on: list[str] | None = None
+    # (v3, optional) the runtime settings the verdict was reached with, as the runtime reported them
+    # (OpenVINO's inference precision, onnxruntime's graph optimisation level and providers ...)
+    settings: dict | None = None
     inputs_sha256: str | None = None   # what the verdict depends on: a re-run with the same reuses it
     outputs_sha256: str | None = None  # of the outputs it stored: reused only while they are unchanged (v2)
     log: str | None = None

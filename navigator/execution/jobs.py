@@ -35,6 +35,9 @@ class VerifySpec(Record):
     batch_dim: int | None = None
     corners: list[str] = field(default_factory=list)       # samples at a profile corner: their own size only
     static: bool = False                                   # static shapes: only samples shaped like the first
+    kinds: dict[str, str] = field(default_factory=dict)    # output kinds the user declared (--output-kinds)
+    held_out: list[str] = field(default_factory=list)      # verify on these samples only (int8: not calibrated on)
+    calibrated_on: list[str] = field(default_factory=list)  # the samples the format was calibrated on
 
 
 @dataclass
@@ -51,6 +54,7 @@ class RunnerTask(Record):
     device: str
     provider: str | None = None
     options: dict = field(default_factory=dict)
+    rules: dict | None = None    # its own verify rules, when it runs at another precision than the format's
 
     @property
     def key(self) -> str:
@@ -93,12 +97,14 @@ class Task(Record):
     verify: VerifySpec | None = None
     profile: ProfileSpec | None = None
     reference_runner: RunnerTask | None = None                # kind reference
+    variation_runner: RunnerTask | None = None                # kind reference: the source as runners run it
     optional: list[str] = field(default_factory=list)         # kind reference: samples it may leave out
     prepare: PrepareSpec | None = None                        # kind prepare
 
     _nested: ClassVar = {"convert": (ConvertSpec, "one"), "runners": (RunnerTask, "list"),
                          "verify": (VerifySpec, "one"), "profile": (ProfileSpec, "one"),
-                         "reference_runner": (RunnerTask, "one"), "prepare": (PrepareSpec, "one")}
+                         "reference_runner": (RunnerTask, "one"), "variation_runner": (RunnerTask, "one"),
+                         "prepare": (PrepareSpec, "one")}
 
     def static(self) -> "Task":
         """This task for an artifact exported with static shapes: the samples' shapes only."""
@@ -183,6 +189,7 @@ class ConvertResult(Record):
     notes: list[str] = field(default_factory=list)
     static_shapes: bool = False
     io_names: dict[str, str] = field(default_factory=dict)
+    precision_share: float | None = None   # of the weight bytes in the key's precision (reduced precisions)
 
 
 @dataclass

@@ -254,7 +254,8 @@ def _race_record(entry: _Entry, result: racing.RaceResult) -> dict:
 
 
 def run_race(ws, events, job: Job) -> int:
-    from navigator.execution.worker import StageLog, _error_text
+    from navigator.errors import error_text
+    from navigator.execution.worker import StageLog
 
     entries = [_Entry(i, task, spec) for i, task in enumerate(job.tasks) for spec in task.runners]
     peers = [_Peer(p) for p in job.race_peers]
@@ -275,7 +276,7 @@ def run_race(ws, events, job: Job) -> int:
             except Exception as e:
                 log.exception("profile of %s failed", entry.name)
                 _unload(entry)
-                result = {"status": "failed", "reason": _error_text(e)}
+                result = {"status": "failed", "reason": error_text(e)}
             else:
                 result = dict(entry.record)
         result.setdefault("status", "ok")
@@ -301,7 +302,7 @@ def run_race(ws, events, job: Job) -> int:
     except Exception as e:
         log.exception("the race failed")
         events.emit(Event(task=chosen[0].index, key="race", stage="race", event="end",
-                          result={"status": "failed", "reason": _error_text(e),
+                          result={"status": "failed", "reason": error_text(e),
                                   "duration_s": round(time.perf_counter() - t0, 4)}))
         return 0   # the screening figures stand
     finally:

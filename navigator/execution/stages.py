@@ -71,7 +71,33 @@ def run_reference(ws, task: Task, live: Any = None) -> dict:
                 path.rename(ws.sample_file("inputs", i))
                 ws.reference_file(path.stem).rename(ws.reference_file(stem))
     log.info("reference: %d batches with %s", count, spec.key)
+    if task.variation_runner is not None:
+        run_variation(ws, task, live)
     return {"count": count, "dropped": dropped}
+
+
+def run_variation(ws, task: Task, live: Any = None) -> None:
+    """The source run the way its runners run it (``task.variation_runner``) on every stored sample,
+    into ``samples/variation/``: against the reference, the source's own legitimate variation, under
+    which no fp32 tolerance is set. Best effort: without it the tolerances have no floor."""
+    import shutil
+
+    from navigator import runners
+    from navigator.workspace import npz
+
+    spec = task.variation_runner
+    shutil.rmtree(ws.variation_dir, ignore_errors=True)
+    options = dict(spec.options) | ({"live": live} if live is not None else {})
+    inverse = {v: k for k, v in task.io_names.items()}
+    try:
+        with runners.create(spec.spec(), ws.abs(task.artifact), **options) as runner:
+            for path in ws.input_files():
+                npz.save(ws.variation_file(path.stem), rename(runner.infer(rename(npz.load(path), task.io_names)),
+                                                              inverse))
+    except Exception as e:   # noqa: BLE001 - a floor is a refinement; the reference stands without it
+        log.warning("variation with %s: %s (the fp32 tolerances get no floor)", spec.key,
+                    " ".join(f"{type(e).__name__}: {e}".split())[:300])
+        shutil.rmtree(ws.variation_dir, ignore_errors=True)
 
 
 def run_convert(ws, task: Task, live: Any = None) -> ConvertResult:
@@ -94,8 +120,27 @@ def run_convert(ws, task: Task, live: Any = None) -> ConvertResult:
     outcome.notes = list(outcome.notes) + check_artifact(task.key, ctx.output)
     for note in outcome.notes:
         log.warning("%s", note)
+    share = check_precision(task.key, ctx.output)
     return ConvertResult(exporter=outcome.exporter, notes=list(outcome.notes), static_shapes=outcome.static_shapes,
-                         io_names=dict(outcome.io_names or {}))
+                         io_names=dict(outcome.io_names or {}), precision_share=share)
+
+
+def check_precision(key: str, path) -> float | None:
+    """The share of the artifact's weights in its key's precision (ONNX graphs); a reduced-precision
+    artifact holding most of its weights in another fails its convert step: it is not that precision."""
+    from navigator import formats
+
+    k = formats.parse_key(key)
+    if k.precision == "fp32" or k.format != "onnx":
+        return None
+    from navigator.converters.onnx_check import MIN_PRECISION_SHARE, precision_share
+
+    share = precision_share(path, k.precision)
+    log.info("%s: %s of the weight bytes are %s", key, "n/a" if share is None else f"{share:.1%}", k.precision)
+    if share is not None and share < MIN_PRECISION_SHARE:
+        raise InvalidArtifact(f"only {share:.1%} of its weight bytes are {k.precision}: this is not an {k.precision} "
+                              f"model (the conversion kept the rest in another precision; see convert.log)")
+    return share
 
 
 class InvalidArtifact(RuntimeError):
@@ -151,8 +196,12 @@ def run_verify(ws, task: Task, spec: RunnerTask, io_names: dict, live: Any = Non
         first = {k: v.shape for k, v in next(iter(samples.values())).items()}
         samples = {k: v for k, v in samples.items() if {n: a.shape for n, a in v.items()} == first}
         paths = [p for p in paths if p.stem in samples]
+    if verify.held_out:   # a format calibrated on some samples is verified on the others only
+        samples = {k: v for k, v in samples.items() if k in verify.held_out}
+        paths = [p for p in paths if p.stem in samples]
     references = {p.stem: npz.load(ws.reference_file(p.stem)) for p in paths}
-    accs = _accumulators(verify, references)
+    variations = {p.stem: npz.load(ws.variation_file(p.stem)) for p in paths if ws.variation_file(p.stem).is_file()}
+    accs = _accumulators(verify, references, variations, rules=spec.rules)
     sizes_used: set[int] = set()
 
     def compare(outs, ref, feeds, other, where, names=None):
@@ -189,27 +238,82 @@ def run_verify(ws, task: Task, spec: RunnerTask, io_names: dict, live: Any = Non
     stored = sorted(ws.outputs_dir(task.key, spec.key).glob("*.npz"))
     result = verdict(checks) | {"batch_sizes": sorted(sizes_used), "outputs": checks, "load_s": round(load_s, 4),
                                 "outputs_sha256": npz.files_sha256(stored)}
+    try:
+        result["settings"] = runner.settings() or None
+    except Exception as e:   # noqa: BLE001 - the record of settings never fails a verdict
+        log.warning("runner settings: %s", e)
+    if verify.calibrated_on:
+        result |= {"samples": sorted(samples), "calibrated_on": list(verify.calibrated_on)}
+        if result["status"] == "ok" and not set(samples) - set(verify.calibrated_on):
+            result |= {"status": "inconclusive",
+                       "reason": f"verified only on the samples it was calibrated on ({', '.join(sorted(samples))}): "
+                                 "that says nothing of other inputs; give two or more sample batches (--samples "
+                                 "DIR, or --sample-count 2) so one part calibrates and another verifies"}
     return result, runner
 
 
-def _accumulators(verify, references: dict) -> dict:
-    """One Accumulator per output, its default atol scaled to the output over every sample."""
+def _accumulators(verify, references: dict, variations: dict | None = None, rules: dict | None = None) -> dict:
+    """One accumulator per output: its kind inferred from the reference (or declared), a lossy
+    precision's default rule judged by that kind's task, its default atol scaled to the output over
+    every sample (values in [0, 1] by their peaks) and never below the fp32 floor measured from
+    ``variations`` (the source run as the runners run it); an output whose slices differ in
+    magnitude by orders is checked per slice group (:class:`SlicedAccumulator`)."""
     import numpy as np
 
-    from navigator.validators.numeric import Accumulator
-    from navigator.validators.tolerances import OutputRule, robust_magnitude
+    from navigator.validators import kinds
+    from navigator.validators.numeric import Accumulator, SlicedAccumulator
+    from navigator.validators.tolerances import FLOOR_FACTOR, OutputRule
 
     accs = {}
-    for name, rule_dict in verify.rules.items():
+    for name, rule_dict in (rules or verify.rules).items():
         rule = OutputRule(**rule_dict)
         arrays = [r[name] for r in references.values() if name in r]
         floats = any(np.asarray(a).dtype.kind in "fc" for a in arrays)
-        scale = robust_magnitude(arrays) if floats else None
-        acc = Accumulator(name, rule.resolve(scale), batch_dim=verify.batch_dim, scale=scale)
-        if floats and rule.mode in ("tolerance", "mismatch_fraction"):
-            acc.check.atol_rule = rule.derivation(scale)
-        accs[name] = acc
+        if not floats:
+            accs[name] = Accumulator(name, rule, batch_dim=verify.batch_dim)
+            continue
+        declared = verify.kinds.get(name) or ("detections" if rule.mode == "detections" else None)
+        kind = kinds.infer(name, arrays, verify.batch_dim, declared)
+        rule = rule.for_kind(kind.kind)
+        pairs = [(np.asarray(variations[stem][name]), np.asarray(references[stem][name]))
+                 for stem in (variations or {}) if stem in references and name in variations[stem]
+                 and np.shape(variations[stem][name]) == np.shape(references[stem][name])]
+
+        def make(arrays, select=None, pairs=pairs):
+            unit = all(float(np.min(a)) >= 0 and float(np.max(a)) <= 1 for a in arrays if np.size(a))
+            scale = kinds.scale_of(arrays, unit=unit)
+            floor = None
+            if pairs and rule.mode == "tolerance":
+                floor = FLOOR_FACTOR * max((_finite_max(np.abs(v.astype(np.float64) - r.astype(np.float64)))
+                                            for v, r in pairs), default=0.0)
+            acc = Accumulator(name, rule.resolve(scale, floor), batch_dim=verify.batch_dim, scale=scale, kind=kind,
+                              select=select)
+            if rule.mode in ("tolerance", "mismatch_fraction"):
+                acc.check.atol_rule = rule.derivation(scale, floor, unit)
+                acc.check.floor = floor
+            acc.check.kind_reason = kind.reason
+            return acc
+
+        groups = kinds.slice_groups(arrays, verify.batch_dim, kind) if rule.mode in ("tolerance", "quantized") \
+            else None
+        if groups is None:
+            accs[name] = make(arrays)
+            continue
+        axis, parts = groups
+        accs[name] = SlicedAccumulator(name, [
+            (kinds.describe(axis, idx),
+             make([np.take(a, idx, axis=axis) for a in arrays], (axis, idx),
+                  [(np.take(v, idx, axis=axis), np.take(r, idx, axis=axis)) for v, r in pairs]))
+            for idx in parts], kind=kind)
     return accs
+
+
+def _finite_max(a) -> float:
+    """The largest finite value of ``a`` (matching infinities give NaN differences), 0.0 if none."""
+    import numpy as np
+
+    finite = a[np.isfinite(a)]
+    return float(finite.max()) if finite.size else 0.0
 
 
 def _other_sample(stems: list[str], i: int, samples: dict, references: dict) -> tuple[dict, dict] | None:

@@ -19,6 +19,7 @@ import time
 import traceback
 from pathlib import Path
 
+from navigator.errors import error_text
 from navigator.execution import stages
 from navigator.execution.jobs import Event, Job, Task
 
@@ -65,11 +66,6 @@ class StageLog:
         self.handler.close()
 
 
-def _error_text(e: BaseException) -> str:
-    text = f"{type(e).__name__}: {e}".strip()
-    return " ".join(text.split())[:500]
-
-
 def _run_stage(events: Events, task_index: int, key: str, stage: str, runner: str | None, fn, log_path: Path) -> dict:
     events.emit(Event(task=task_index, key=key, stage=stage, runner=runner, event="start"))
     start = time.perf_counter()
@@ -87,7 +83,7 @@ def _run_stage(events: Events, task_index: int, key: str, stage: str, runner: st
                 log.error("%s", e.one_line())
             else:
                 log.error("%s failed:\n%s", stage, traceback.format_exc())
-            result = {"status": status, "reason": _error_text(e)}
+            result = {"status": status, "reason": error_text(e)}
     result.setdefault("status", "ok")
     result["duration_s"] = round(time.perf_counter() - start, 4)
     events.emit(Event(task=task_index, key=key, stage=stage, runner=runner, event="end", result=result))

@@ -36,7 +36,8 @@ def apply_event(ctx: RunContext, event: Event) -> None:
         conv = ConvertResult.from_dict(result)
         fs.convert = ConvertStep(status=conv.status, reason=conv.reason or ("; ".join(conv.notes) or None),
                                  duration_s=conv.duration_s, exporter=conv.exporter,
-                                 inputs_sha256=fs.convert.inputs_sha256, log=rel_log)
+                                 inputs_sha256=fs.convert.inputs_sha256, log=rel_log,
+                                 precision_share=conv.precision_share)
         if conv.status == "ok":
             fs.convert.artifact_sha256 = artifact_sha256(ctx.ws, fs)
         fs.io_names.update(conv.io_names)

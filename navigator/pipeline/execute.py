@@ -315,14 +315,21 @@ def cannot_convert_here(ctx: RunContext, converter) -> str | None:
 
 
 def raise_reference_failed(ctx: RunContext) -> None:
+    from navigator.errors import plain_reason
     from navigator.execution.isolation import log_tail
 
     tail = log_tail(ctx.ws.reference_log, 8) or log_tail(ctx.ws.worker_log(ctx.source.key), 8)
     # the log's tail ends a traceback: keep its message lines, not the source lines and ^^^^ markers
     lines = [ln.strip() for ln in tail.splitlines()
              if ln.strip() and not ln[:1].isspace() and not ln.startswith("Traceback")]
-    raise UserInputError(f"the reference outputs could not be computed from the source model "
-                         f"({' / '.join(lines[-2:]) or 'see navigator.log'})")
+    cause = plain_reason(" / ".join(lines[-2:]) or "see navigator.log", 300)
+    samples = ctx.status.samples
+    if samples.source == "generated":   # the model rejects what we made up: say what we made and the cure
+        made = ", ".join(f"{n}: {'x'.join(map(str, shape))}" for n, shape in (samples.shapes or [{}])[0].items())
+        raise UserInputError(f"the model does not run on the generated samples ({made}): {cause}",
+                             hint="give the sizes it takes (--shapes NAME:8x3x640x640), real inputs (--samples "
+                                  "DIR) or the values it expects (--value-ranges NAME:LO,HI)")
+    raise UserInputError(f"the reference outputs could not be computed from the source model ({cause})")
 
 
 def export_source(ctx: RunContext, item, fs: FormatStatus) -> None:

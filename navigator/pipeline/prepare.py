@@ -236,6 +236,10 @@ def write_workspace(prep: Prepared, config: NavigatorConfig, device: str, *, kee
         runner = source.reference_runner
         st.samples.reference = {"key": source.key, "runner": runner.key,
                                 **({"options": dict(runner.options)} if runner.options else {})}
+        if source.variation_runner is not None:   # the fp32 floor: the source as the runners run it
+            var = source.variation_runner
+            st.samples.reference["variation"] = {"runner": var.key, **({"options": dict(var.options)}
+                                                                       if var.options else {})}
     if prep.reference:   # computed in this process (torch); a worker's reference is digested when it ends
         st.samples.reference_sha256 = npz.files_sha256(ws.reference_files())
     st.created = status_mod.now()

@@ -14,16 +14,22 @@ from navigator.pipeline.context import RunContext
 from navigator.workspace.status import FormatStatus
 
 
-def verify_spec(ctx: RunContext, key: str) -> VerifySpec:
+def verify_rules(ctx: RunContext, key: str, precision: str | None = None) -> dict:
+    """One comparison rule per output of format ``key`` (at ``precision`` when a runner computes in
+    another precision than the key's)."""
     from navigator.validators.tolerances import rule_for
 
     k = formats.parse_key(key)
     cfg = ctx.config
-    rules = {}
-    for spec in ctx.status.signature.outputs:
-        rule = rule_for(spec.name, spec.dtype, precision=k.precision, fmt=k.format, device=ctx.device,
-                        compare=cfg.compare, atol=cfg.atol, rtol=cfg.rtol)
-        rules[spec.name] = dataclasses.asdict(rule)
+    return {spec.name: dataclasses.asdict(rule_for(spec.name, spec.dtype, precision=precision or k.precision,
+                                                   fmt=k.format, device=ctx.device, compare=cfg.compare,
+                                                   atol=cfg.atol, rtol=cfg.rtol))
+            for spec in ctx.status.signature.outputs}
+
+
+def verify_spec(ctx: RunContext, key: str) -> VerifySpec:
+    cfg = ctx.config
+    rules = verify_rules(ctx, key)
     batch_dim = ctx.status.batch_dim
     samples = ctx.status.samples
     corners = [f"{i:03d}" for i in samples.corners]
@@ -37,7 +43,7 @@ def verify_spec(ctx: RunContext, key: str) -> VerifySpec:
         if not cfg.verify_batch_sizes:   # never outside the shape profiles: an engine would refuse it
             sizes = [b for b in sizes if _batch_in_profiles(ctx, b)] or sizes
     return VerifySpec(rules=rules, allow_nan=cfg.allow_nan, error_stat=cfg.error_stat, batch_sizes=sizes,
-                      batch_dim=batch_dim, corners=corners)
+                      batch_dim=batch_dim, corners=corners, kinds=dict(cfg.output_kinds or {}))
 
 
 def _batch_in_profiles(ctx: RunContext, size: int) -> bool:
@@ -76,23 +82,47 @@ def format_task(ctx: RunContext, item, fs: FormatStatus) -> Task:
                 profile=profile_spec(ctx))
     if item.converter is not None:
         conv = item.converter
+        params = params_dict(conv.params_from_config(ctx.config))
+        if conv.calibrates:
+            calibrate, held_out = calibration_split(ctx, params.get("calibration_samples") or ())
+            params["calibration_samples"] = calibrate
+            task.verify.held_out, task.verify.calibrated_on = held_out, calibrate
         task.convert = ConvertSpec(converter=conv.import_path(), source=ctx.status.formats[item.parent].path,
-                                   output=fs.path, params=params_dict(conv.params_from_config(ctx.config)),
-                                   device=ctx.device)
-    record = formats.get(fs.format)
+                                   output=fs.path, params=params, device=ctx.device)
     for spec in runner_specs(ctx, fs.format):
-        options = {"precision": fs.precision}
-        if record.compiled_for_device:
-            options["compiled_for"] = ctx.device
-        task.runners.append(RunnerTask.of(spec, **options))
+        runner = RunnerTask.of(spec, **runners.verify_options(fs.format, fs.precision, ctx.device))
+        effective = runners.runner_class(spec.runner).effective_precision(spec.provider, fs.precision)
+        if effective != fs.precision:   # judged as what it computes (OpenVINO's default: bf16 on such CPUs)
+            runner.rules = verify_rules(ctx, item.key, effective)
+        task.runners.append(runner)
     return task
+
+
+def calibration_split(ctx: RunContext, given: tuple = ()) -> tuple[list[str], list[str]]:
+    """(samples to calibrate on, samples to verify on) for an edge calibrated on the stored samples:
+    the first half of the regular samples calibrates (or the ones the user named), the rest and the
+    profile corners verify, so a verdict never rests on the data the format was fitted to. With a
+    single regular sample, it does both (the verdict then says so: inconclusive)."""
+    samples = ctx.status.samples
+    stems = [f"{i:03d}" for i in range(samples.count)]
+    corners = {f"{i:03d}" for i in samples.corners}
+    regular = [s for s in stems if s not in corners]
+    if given:
+        calibrate = [s for s in stems if s in set(given)]
+    else:
+        calibrate = regular[:max(1, (len(regular) + 1) // 2)] if len(regular) > 1 else regular
+    held_out = [s for s in stems if s not in calibrate]
+    return calibrate, held_out
 
 
 def reference_task(ctx: RunContext, artifact: str, runner: RunnerTask, *, io_names: dict | None = None) -> Task:
     """The reference outputs of every stored sample, from ``runner``; a profile-corner sample the
     model does not run is left out (``optional``), any other failure fails the task."""
+    variation = getattr(ctx.source, "variation_runner", None) if runner is getattr(ctx.source, "reference_runner",
+                                                                                          None) else None
     return Task(kind="reference", key="reference", artifact=artifact, io_names=dict(io_names or {}),
                 reference_runner=RunnerTask.from_dict(runner.to_dict()),
+                variation_runner=RunnerTask.from_dict(variation.to_dict()) if variation else None,
                 optional=[f"{i:03d}" for i in ctx.status.samples.corners])
 
 

@@ -15,7 +15,7 @@ from navigator.errors import UserInputError
 from navigator.formats import RunnerSpec
 from navigator.formats.registry import registry
 
-__all__ = ["RunnerSpec", "known_runners", "selected", "specs_for", "runner_class", "create"]
+__all__ = ["RunnerSpec", "known_runners", "selected", "specs_for", "runner_class", "verify_options", "create"]
 
 
 def known_runners() -> list[str]:
@@ -41,6 +41,14 @@ def runner_class(name: str):
         raise UserInputError(f"unknown runner {name!r}; known: {', '.join(sorted(classes))}")
     module, _, cls = classes[name].partition(":")
     return getattr(importlib.import_module(module), cls)
+
+
+def verify_options(fmt: str, precision: str, device: str) -> dict:
+    """The options a format's runners verify it with: the same ones serve it (``Result.runner``)."""
+    options = {"precision": precision}
+    if registry.has(fmt) and registry.get(fmt).compiled_for_device:
+        options["compiled_for"] = device
+    return options
 
 
 def create(spec: RunnerSpec, path, **options):

@@ -75,6 +75,18 @@ class Runner:
 
     __call__ = infer
 
+    @classmethod
+    def effective_precision(cls, provider: str | None, precision: str) -> str:
+        """The precision a runner of this class computes a ``precision`` artifact in (another one
+        when its runtime changes it, e.g. OpenVINO's default on a bf16 CPU): its verdict is judged
+        by that precision's rules."""
+        return precision
+
+    def settings(self) -> dict:
+        """The runtime settings this runner's numbers depend on, as the runtime reports them once
+        active (recorded with each verdict: what is verified is what must be served)."""
+        return {}
+
     def profiling_infer(self):
         """``(infer, io)``: what the profiler times. ``io`` is ``"host"`` when each call
         takes host arrays and returns host arrays (the default), ``"device"`` when the

@@ -101,6 +101,14 @@ class OnnxruntimeRunner(Runner):
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
 
+    def settings(self) -> dict:
+        out = {"graph_optimization_level": self.options.get("graph_optimization_level", "all"),
+               "providers": self.session.get_providers()}
+        cuda = self.session.get_provider_options().get("CUDAExecutionProvider")
+        if cuda:
+            out["cuda"] = {k: cuda[k] for k in ("use_tf32", "prefer_nhwc") if k in cuda}
+        return out
+
     def infer_impl(self, feeds: dict) -> dict:
         values = self.session.run(self.output_names, feeds)
         return dict(zip(self.output_names, values))

@@ -71,6 +71,9 @@ class Source:
     value_ranges: dict = field(default_factory=dict)   # default [low, high) of generated inputs (flags win)
     isolated: bool = True          # False when exported in the calling process
     reference_runner: Any = None           # RunnerTask computing the reference (None: computed in this process)
+    # RunnerTask running the source the way its runners run it: the reference against it is the source's
+    # own legitimate variation, the floor of the fp32 tolerances (navigator.validators.tolerances)
+    variation_runner: Any = None
     notes: list = field(default_factory=list)   # what opening the source decided for the user (shown as warnings)
     digest: str | None = field(default=None, repr=False, compare=False)   # sha256(), computed once
 

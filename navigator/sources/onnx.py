@@ -49,4 +49,5 @@ def open_onnx(path: Path) -> OnnxSource:
     return OnnxSource(format="onnx", key="onnx", name=path.stem, path=path, signature=onnx_signature(model),
                       index_bounds=index_bounds(model),
                       reference_runner=RunnerTask("onnxruntime", "cpu",
-                                                  options={"graph_optimization_level": "disabled"}))
+                                                  options={"graph_optimization_level": "disabled"}),
+                      variation_runner=RunnerTask("onnxruntime", "cpu", options={"graph_optimization_level": "all"}))

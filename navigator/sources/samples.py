@@ -176,9 +176,25 @@ def folder_note(folder: str | os.PathLike, count: int | None) -> str | None:
     return f"--samples {folder}: taking the first {DEFAULT_TAKEN} of {total} files (--sample-count takes more)"
 
 
+IMAGE_SIZE = 224          # a dynamic height or width of an image input: detectors and OCR nets need
+                          # multiples of 32 and more than a few pixels (16x16 broke YOLOv8's Resize)
+
+
+def image_axes(spec: TensorSpec, batch_dim: int | None) -> set[int]:
+    """The spatial axes of an image-like input: rank 4, floats, with 1, 3 or 4 channels fixed at
+    axis 1 (NCHW) or 3 (NHWC); empty for anything else."""
+    if spec.rank != 4 or not spec.dtype.startswith(("float", "bfloat")) or batch_dim not in (0, None):
+        return set()
+    for channels, spatial in ((1, {2, 3}), (3, {1, 2})):
+        if spec.shape[channels] in (1, 3, 4):
+            return spatial
+    return set()
+
+
 def sample_shapes(signature: ModelSignature, shapes: dict | None, batch_dim: int | None) -> dict[str, tuple]:
     """The shape of each input for generated samples: ``shapes`` where given,
-    else the model's static dims, the batch dim 8 and other dynamic dims 16."""
+    else the model's static dims, the batch dim 8, an image's dynamic height and width 224
+    (:func:`image_axes`) and other dynamic dims 16."""
     shapes = shapes or {}
     unknown = [n for n in shapes if n not in signature.input_names]
     if unknown:
@@ -195,7 +211,9 @@ def sample_shapes(signature: ModelSignature, shapes: dict | None, batch_dim: int
                 if want > 0 and got != want:
                     raise UserInputError(f"--shapes: '{spec.name}' dim {axis} is {got}, the model fixes it at {want}")
         else:
-            shape = tuple(d if d > 0 else (DEFAULT_BATCH if axis == batch_dim else DEFAULT_DYNAMIC)
+            spatial = image_axes(spec, batch_dim)
+            shape = tuple(d if d > 0 else (DEFAULT_BATCH if axis == batch_dim else
+                                           IMAGE_SIZE if axis in spatial else DEFAULT_DYNAMIC)
                           for axis, d in enumerate(spec.shape))
         out[spec.name] = shape
     return out

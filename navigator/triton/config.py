@@ -97,6 +97,7 @@ class ModelPlan:
     rate_limit_priority: int | None = None
     dynamic_batching: dict | None = None   # preferred, max_queue_delay_us, priority_levels, ...
     cuda_graphs: bool = False          # optimization.cuda.graphs (TensorRT plans)
+    graph_level: int | None = None     # optimization.graph.level (onnxruntime: -1 basic, 1 extended, 2 none)
     gpu_accelerators: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     warmup: list[Warmup] = field(default_factory=list)
     parameters: dict[str, str] = field(default_factory=dict)
@@ -166,6 +167,8 @@ def build(plan: ModelPlan):
                 group.rate_limiter.priority = plan.rate_limit_priority
     if plan.cuda_graphs:
         cfg.optimization.cuda.graphs = True
+    if plan.graph_level is not None:
+        cfg.optimization.graph.level = plan.graph_level
     for name, params in plan.gpu_accelerators:
         acc = cfg.optimization.execution_accelerators.gpu_execution_accelerator.add()
         acc.name = name

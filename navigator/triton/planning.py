@@ -267,6 +267,36 @@ def _served_cuda_variant(plan: ModelPlan, fs, key: str, notes: list[str]) -> Non
                      f"and measured it fastest ({peak[id(fastest)]:.1f}/s)")
 
 
+# onnxruntime's graph optimisation levels as Triton's onnxruntime backend reads optimization.graph.level
+# (src/onnxruntime.cc: unset or any other value is ORT_ENABLE_ALL)
+_GRAPH_LEVELS = {"basic": -1, "extended": 1, "disabled": 2}
+
+
+def _served_graph_level(plan: ModelPlan, fs, key: str, notes: list[str]) -> None:
+    """The graph optimisation level the verified onnxruntime runner used, when it is not the
+    backend's default (all)."""
+    levels = {(rs.verify.settings or {}).get("graph_optimization_level") for rs in fs.runners.values()
+              if rs.runner == "onnxruntime" and rs.verify.status == "ok"} - {None, "all"}
+    if len(levels) == 1:
+        level = levels.pop()
+        plan.graph_level = _GRAPH_LEVELS[level]
+        notes.append(f"{key}: onnxruntime graph optimisation level {level}, as it was verified")
+
+
+def _served_openvino_precision(fs, key: str, notes: list[str]) -> None:
+    """Triton's OpenVINO backend cannot pin f32 (its one precision key is HINT_BF16): say which
+    precision it serves on this CPU and which verdict covers it."""
+    default = fs.runners.get("openvino-default")
+    if default is None or default.verify.status == "skipped":
+        notes.append(f"{key}: Triton's OpenVINO backend runs the CPU plugin's default precision, f32 on this CPU "
+                     "(verified by openvino-cpu); on a CPU with AVX512_BF16 or AMX it would be bf16, not verified "
+                     "here")
+        return
+    precision = (default.verify.settings or {}).get("INFERENCE_PRECISION_HINT", "bf16")
+    notes.append(f"{key}: Triton's OpenVINO backend cannot pin f32: on this CPU it serves {precision}, verified as "
+                 f"openvino-default ({default.verify.status})")
+
+
 def _options_for_format(plan: ModelPlan, fs, serving: backends.Serving, opts: TritonOptions, key: str,
                         notes: list[str], *, top: bool) -> None:
     gpu = plan.instance_kind == "KIND_GPU"
@@ -295,6 +325,10 @@ def _options_for_format(plan: ModelPlan, fs, serving: backends.Serving, opts: Tr
         plan.dynamic_batching = db
     if gpu and native_onnx and not opts.ort_trt_precision:
         _served_cuda_variant(plan, fs, key, notes)
+    if native_onnx:
+        _served_graph_level(plan, fs, key, notes)
+    if serving.backend == "openvino":
+        _served_openvino_precision(fs, key, notes)
     if opts.cuda_graphs:
         if not gpu:
             raise UserInputError(f"--cuda-graphs needs GPU instances: add --kind gpu ({key} would get "

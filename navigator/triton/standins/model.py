@@ -9,9 +9,13 @@ uses a folder ``<backend_dir>/<name>/model.py`` without a
 backend), so the unchanged native ``config.pbtxt`` files navigator emits
 (``backend: "onnxruntime"`` / ``"openvino"``, or platform ``onnxruntime_onnx``)
 load and serve on a machine whose Triton build has only the Python backend.
-They exist for quick local checks and tests; performance, threading, GPU
-execution and every backend parameter are not modelled: deploy with the real
-backends. Each prints a line saying it is a stand-in into the server log.
+They exist for quick local checks and tests; performance, threading and GPU
+execution are not modelled: deploy with the real backends. What changes the
+numbers is modelled as the real backends do it: onnxruntime's graph optimisation
+level (``optimization.graph.level``: -1 basic, 1 extended, 2 disabled, else all)
+and OpenVINO's inference precision, which that backend cannot pin to f32 (only
+``HINT_BF16: YES`` asks for bf16): the CPU plugin's default, bf16 on a CPU that has
+it. Each prints a line saying it is a stand-in into the server log.
 
 Like the real backends they check the model against its configuration at
 load: the file (``default_model_filename``; ONNX: ``model.onnx``, or
@@ -130,6 +134,7 @@ class StandinModel:
         config = json.loads(args["model_config"])
         name = args["model_name"]
         path = self.resolve(args, config)
+        self.config = config
         inputs, outputs, self.run, version = self.load(path)
         check(name, self.BACKEND, config, inputs, outputs, getattr(self, "input_count", None))
         self.inputs = [n for n, _, _ in config_tensors(config, "input")]
@@ -196,6 +201,11 @@ class OnnxruntimeStandin(StandinModel):
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = int(os.environ.get("NAVIGATOR_STANDIN_THREADS", "1"))
+        level = int(((getattr(self, "config", None) or {}).get("optimization") or {}).get("graph", {}).get("level", 0))
+        options.graph_optimization_level = {-1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                                            1: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+                                            2: ort.GraphOptimizationLevel.ORT_DISABLE_ALL}.get(
+            level, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
         session = ort.InferenceSession(path, sess_options=options, providers=["CPUExecutionProvider"])
         inputs = {i.name: (_ORT_TYPES.get(i.type, i.type), _ort_dims(i.shape)) for i in session.get_inputs()}
         outputs = {o.name: (_ORT_TYPES.get(o.type, o.type), _ort_dims(o.shape)) for o in session.get_outputs()}
@@ -243,9 +253,14 @@ class OpenVINOStandin(StandinModel):
                       _ov_dims(p.get_partial_shape())) for n, (_, p) in in_ports.items()}
         outputs = {n: (_OV_TYPES.get(p.get_element_type().get_type_name(), str(p.get_element_type())),
                        _ov_dims(p.get_partial_shape())) for n, (_, p) in out_ports.items()}
-        threads = os.environ.get("NAVIGATOR_STANDIN_THREADS", "1")
-        compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32",
-                                                     "INFERENCE_NUM_THREADS": threads})
+        properties = {"INFERENCE_NUM_THREADS": os.environ.get("NAVIGATOR_STANDIN_THREADS", "1")}
+        params = {k: str((v or {}).get("string_value", "")).strip().lower()
+                  for k, v in ((getattr(self, "config", None) or {}).get("parameters") or {}).items()}
+        if params.get("HINT_BF16") == "yes":   # the backend's one precision key; no key pins f32
+            properties["INFERENCE_PRECISION_HINT"] = "bf16"
+        compiled = core.compile_model(model, "CPU", properties)
+        precision = compiled.get_property("INFERENCE_PRECISION_HINT")
+        self.precision = getattr(precision, "get_type_name", lambda: str(precision))()
         request = compiled.create_infer_request()
         in_index = {n: i for n, (i, _) in in_ports.items()}
         out_index = {n: i for n, (i, _) in out_ports.items()}
@@ -255,7 +270,7 @@ class OpenVINOStandin(StandinModel):
             return {n: np.array(result[compiled.outputs[i]]) for n, i in out_index.items()}
 
         self.input_count = len(model.inputs)
-        return inputs, outputs, run, "openvino %s" % ov.__version__
+        return inputs, outputs, run, "openvino %s, inference precision %s" % (ov.__version__, self.precision)
 
 
 class _NotInstalled(StandinModel):

@@ -1,4 +1,4 @@
-"""status.yaml v2: golden file, JSON Schema, lenient loading, migrations (a real v1 file), atomic save."""
+"""status.yaml v3: golden file, JSON Schema, lenient loading, migrations (real v1 and v2 files), atomic save."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ from navigator.workspace.status import (
     VerifyStep,
 )
 
-GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "status_v2.yaml"
+GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "status_v3.yaml"
+GOLDEN_V2 = Path(__file__).resolve().parents[2] / "golden" / "status_v2.yaml"
 GOLDEN_V1 = Path(__file__).resolve().parents[2] / "golden" / "status_v1.yaml"
 SHA_MODEL = "a" * 64
 SHA_SAMPLES = "0123456789abcdef" * 4
@@ -36,7 +37,7 @@ SHA_SAMPLES = "0123456789abcdef" * 4
 def full_status() -> Status:
     """Every field set, two formats, fixed timestamps: the golden file's content."""
     return Status(
-        schema_version=2,
+        schema_version=3,
         navigator_version="0.1.0",
         created="2025-01-02T03:04:05+00:00",
         updated="2025-01-02T03:09:10+00:00",
@@ -54,7 +55,11 @@ def full_status() -> Status:
         samples=SamplesInfo(count=2, source="generated", value_ranges={"ids": [0, 1000], "mask": [0, 2]},
                             shapes=[{"ids": [8, 16], "mask": [8, 16]}, {"ids": [1, 16], "mask": [1, 16]},
                                     {"ids": [1, 4], "mask": [1, 4]}],
-                            corners=[2], sha256=SHA_SAMPLES, reference_sha256="b" * 64),
+                            corners=[2], sha256=SHA_SAMPLES, reference_sha256="b" * 64,
+                            reference={"key": "onnx", "runner": "onnxruntime-cpu",
+                                       "options": {"graph_optimization_level": "disabled"},
+                                       "variation": {"runner": "onnxruntime-cpu",
+                                                     "options": {"graph_optimization_level": "all"}}}),
         config={"targets": ["onnx", "onnx-fp16"], "atol": None, "max_batch_size": 32, "device": "cpu"},
         formats={
             "onnx": FormatStatus(
@@ -76,9 +81,11 @@ def full_status() -> Status:
                                                       atol_rule="1e-05 x scale 1 (p99 of |reference|)",
                                                       conclusive=True,
                                                       control="wrong answers rejected (a zero output) in 4 of 4 "
-                                                              "comparisons"),
+                                                              "comparisons",
+                                                      kind="logits", kind_reason="named 'logits'", floor=3.0e-06),
                                 "top": OutputCheck(mode="exact", passed=True, measured=0.0, conclusive=True),
                             },
+                            settings={"graph_optimization_level": "all", "providers": ["CPUExecutionProvider"]},
                         ),
                         profile=ProfileStep(
                             status="ok", duration_s=4.5, stable=True, log="formats/onnx/profile.log", phase="race",
@@ -119,18 +126,22 @@ def full_status() -> Status:
                 format="onnx", precision="int8", path="formats/onnx-int8/model.onnx", parent="onnx",
                 convert=ConvertStep(status="ok", duration_s=2.5, inputs_sha256=SHA_MODEL,
                                     artifact_sha256="d" * 64,
-                                    log="formats/onnx-int8/convert.log"),
+                                    log="formats/onnx-int8/convert.log", precision_share=0.97),
                 runners={
                     "onnxruntime-cpu": RunnerStatus(
                         runner="onnxruntime", device="cpu", provider="cpu",
                         verify=VerifyStep(
                             status="inconclusive", duration_s=0.25, batch_sizes=[1, 8],
                             reason="logits: inconclusive: the reference is the same for different inputs",
+                            samples=["001", "002"], calibrated_on=["000"],
                             outputs={
-                                "logits": OutputCheck(mode="quantized", passed=True, max_abs=0.01, max_rel=0.01,
-                                                      threshold=0.15, measured=0.01, scale=0.5, conclusive=False,
+                                "logits": OutputCheck(mode="top1", passed=True, max_abs=0.01, max_rel=0.01,
+                                                      threshold=0.99, measured=1.0, scale=0.5, conclusive=False,
                                                       control="the reference is the same for different inputs",
-                                                      cure="verify with trained weights or real inputs"),
+                                                      cure="verify with trained weights or real inputs",
+                                                      kind="logits", kind_reason="named 'logits'",
+                                                      slices=[{"slice": "axis 1: 0:4", "passed": True,
+                                                               "scale": 0.5, "conclusive": False}]),
                                 "top": OutputCheck(mode="mismatch_fraction", passed=True, threshold=0.05,
                                                    measured=0.0, conclusive=True),
                             },
@@ -159,7 +170,7 @@ def test_dumps_matches_golden_file():
 def test_golden_file_has_the_documented_layout():
     text = GOLDEN.read_text(encoding="utf-8")
     lines = text.splitlines()
-    assert lines[0] == "schema_version: 2"
+    assert lines[0] == "schema_version: 3"
     top_keys = [line.split(":")[0] for line in lines if line and not line.startswith((" ", "-"))]
     assert top_keys == ["schema_version", "navigator_version", "created", "updated", "state", "environment",
                         "model", "signature", "batch_dim", "shape_profiles", "samples", "config", "formats",
@@ -239,7 +250,7 @@ def test_huggingface_record_is_optional_and_round_trips():
 
 @pytest.mark.parametrize("mutate, path, words", [
     (lambda d: d.update(state="done"), "$.state", "'done' is not one of"),
-    (lambda d: d.update(schema_version=1), "$.schema_version", "2 was expected"),
+    (lambda d: d.update(schema_version=1), "$.schema_version", "3 was expected"),
     (lambda d: d["formats"]["onnx"]["convert"].update(status="passed"), "$.formats.onnx.convert.status",
      "'passed' is not one of"),
     (lambda d: d["formats"]["onnx-fp16"]["runners"]["onnxruntime-cpu"]["verify"].update(status="error"),
@@ -307,11 +318,11 @@ def test_unknown_keys_at_every_level_are_ignored():
 
 def test_newer_schema_version_is_refused():
     data = full_status().to_dict()
-    data["schema_version"] = 3
+    data["schema_version"] = 4
     with pytest.raises(UserInputError) as info:
         status.loads(yaml.safe_dump(data), source="ws/status.yaml")
     assert "newer" in str(info.value)
-    assert "schema_version 3" in str(info.value)
+    assert "schema_version 4" in str(info.value)
     assert info.value.hint == "upgrade navigator"
 
 
@@ -353,29 +364,33 @@ def test_migrations_run_in_order(monkeypatch):
         data["schema_version"] = 2
         return data
 
+    def v2_to_v3(data):
+        calls.append(("v2->v3", data["schema_version"]))
+        data["schema_version"] = 3
+        return data
+
     # registered out of order on purpose: the version decides the order
-    monkeypatch.setattr(status, "MIGRATIONS", {1: v1_to_v2, 0: v0_to_v1})
-    monkeypatch.setattr(status, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(status, "MIGRATIONS", {1: v1_to_v2, 2: v2_to_v3, 0: v0_to_v1})
     original = {"schema_version": 0, "model_name": "old", "state": "finished"}
     snapshot = copy.deepcopy(original)
     migrated = status.migrate(original)
-    assert calls == [("v0->v1", 0), ("v1->v2", 1)]
-    assert migrated == {"schema_version": 2, "model": {"name": "old", "source_format": "onnx"},
+    assert calls == [("v0->v1", 0), ("v1->v2", 1), ("v2->v3", 2)]
+    assert migrated == {"schema_version": 3, "model": {"name": "old", "source_format": "onnx"},
                         "state": "complete"}
     assert original == snapshot  # the caller's mapping is not changed
 
     st = status.loads("schema_version: 0\nmodel_name: old\nstate: finished\n")
     assert st.model == ModelInfo(name="old", source_format="onnx")
     assert st.state == "complete"
-    assert st.schema_version == 2
+    assert st.schema_version == 3
 
 
 def test_current_version_runs_no_migration(monkeypatch):
     def boom(data):
         raise AssertionError("must not run")
 
-    monkeypatch.setattr(status, "MIGRATIONS", {0: boom, 1: boom})
-    assert status.migrate({"schema_version": 2, "x": 1}) == {"schema_version": 2, "x": 1}
+    monkeypatch.setattr(status, "MIGRATIONS", {0: boom, 1: boom, 2: boom})
+    assert status.migrate({"schema_version": 3, "x": 1}) == {"schema_version": 3, "x": 1}
 
 
 def test_migration_that_does_not_raise_the_version_is_an_error(monkeypatch):
@@ -406,7 +421,7 @@ def test_save_is_atomic(tmp_path, monkeypatch):
 
     def fail_replace(src, dst):
         assert Path(src).exists() and Path(src).parent == tmp_path  # the new text was fully written first
-        assert Path(src).read_text(encoding="utf-8").startswith("schema_version: 2\n")
+        assert Path(src).read_text(encoding="utf-8").startswith("schema_version: 3\n")
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", fail_replace)
@@ -418,13 +433,25 @@ def test_save_is_atomic(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["status.yaml"]
 
 
-def test_a_v1_file_migrates_and_validates_as_v2():
+def test_a_v2_file_migrates_and_validates_as_v3():
+    """The v2 golden file (before output kinds, floors and runner settings) loads through the
+    v2 -> v3 migration, validates against the v3 schema once re-dumped, and keeps its content."""
+    old = yaml.safe_load(GOLDEN_V2.read_text(encoding="utf-8"))
+    assert old["schema_version"] == 2
+    loaded = status.loads(GOLDEN_V2.read_text(encoding="utf-8"))
+    assert loaded.schema_version == 3
+    logits = loaded.formats["onnx"].runners["onnxruntime-cpu"].verify.outputs["logits"]
+    assert logits.max_abs == 2.1e-07 and logits.kind is None and logits.floor is None
+    schema.validate(loaded.to_dict())
+
+
+def test_a_v1_file_migrates_and_validates_as_v3():
     """The v1 golden file (written by Navigator 0.1 before the inconclusive status) loads through
-    the v1 -> v2 migration, validates against the v2 schema once re-dumped, and keeps its content."""
+    the v1 -> v2 -> v3 migrations, validates against the v3 schema once re-dumped, and keeps its content."""
     old = yaml.safe_load(GOLDEN_V1.read_text(encoding="utf-8"))
     assert old["schema_version"] == 1
     loaded = status.loads(GOLDEN_V1.read_text(encoding="utf-8"))
-    assert loaded.schema_version == 2
+    assert loaded.schema_version == 3
     assert loaded.formats["onnx"].runners["onnxruntime-cpu"].verify.outputs["logits"].max_abs == 2.1e-07
     assert loaded.formats["onnx"].runners["onnxruntime-cpu"].verify.outputs["logits"].conclusive is None
     schema.validate(loaded.to_dict())
