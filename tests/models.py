@@ -339,6 +339,55 @@ def erf_gelu(features: int = 8, seed: int = 5) -> onnx.ModelProto:
                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", features])], inits)
 
 
+def dynamic_detector(classes: int = 3, seed: int = 7) -> onnx.ModelProto:
+    """A YOLOv8-style head exported with dynamic height and width: [B, 4+C, h*w] from a stride-2
+    convolution, its anchor grid computed in float from the feature map's dynamic shape (Shape ->
+    Cast(to=FLOAT) -> Range -> Add 0.5 -> Expand), box centres = (anchor + sigmoid) x stride,
+    class scores sigmoid. The shape arithmetic in float is what an fp16 pass by op type breaks
+    (Range has no float16); by op schema it stays fp32 and the network around it converts."""
+    rng = np.random.default_rng(seed)
+    f = TensorProto.FLOAT
+    inits = [numpy_helper.from_array(rng.normal(0, 0.5, (8, 3, 3, 3)).astype(np.float32), "w1"),
+             numpy_helper.from_array(rng.normal(0, 0.5, (4 + classes, 8, 1, 1)).astype(np.float32), "w2"),
+             numpy_helper.from_array(np.array([2], np.int64), "i2"), numpy_helper.from_array(np.array([3], np.int64), "i3"),
+             numpy_helper.from_array(np.array(0.0, np.float32), "zero"), numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "half"), numpy_helper.from_array(np.array(2.0, np.float32), "stride"),
+             numpy_helper.from_array(np.array([0], np.int64), "ax0"), numpy_helper.from_array(np.array([1], np.int64), "ax1"),
+             numpy_helper.from_array(np.array([0, 4 + classes, -1], np.int64), "flat"),
+             numpy_helper.from_array(np.array([4 + classes], np.int64), "all"),
+             numpy_helper.from_array(np.array([1, 2, -1], np.int64), "grid_shape")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], strides=[2, 2], pads=[1, 1, 1, 1], name="conv1"),
+             helper.make_node("Sigmoid", ["c1"], ["a1"], name="act1"),
+             helper.make_node("Conv", ["a1", "w2"], ["head"], name="conv2"),
+             helper.make_node("Shape", ["head"], ["shp"], name="shape"),
+             helper.make_node("Gather", ["shp", "i2"], ["h64"], axis=0, name="h"),
+             helper.make_node("Gather", ["shp", "i3"], ["w64"], axis=0, name="w"),
+             helper.make_node("Cast", ["h64"], ["hf1"], to=f, name="hf"),
+             helper.make_node("Cast", ["w64"], ["wf1"], to=f, name="wf"),
+             helper.make_node("Squeeze", ["hf1", "ax0"], ["hf"], name="hsq"),
+             helper.make_node("Squeeze", ["wf1", "ax0"], ["wf"], name="wsq"),
+             helper.make_node("Range", ["zero", "hf", "one"], ["ry"], name="range_y"),
+             helper.make_node("Range", ["zero", "wf", "one"], ["rx"], name="range_x"),
+             helper.make_node("Add", ["ry", "half"], ["cy"], name="centre_y"),
+             helper.make_node("Add", ["rx", "half"], ["cx"], name="centre_x"),
+             helper.make_node("Unsqueeze", ["cy", "ax1"], ["cyu"], name="cyu"),
+             helper.make_node("Concat", ["h64", "w64"], ["hw"], axis=0, name="hw"),
+             helper.make_node("Expand", ["cyu", "hw"], ["gy"], name="grid_y"),
+             helper.make_node("Expand", ["cx", "hw"], ["gx"], name="grid_x"),
+             helper.make_node("Concat", ["gx", "gy"], ["g2"], axis=0, name="grid"),
+             helper.make_node("Reshape", ["g2", "grid_shape"], ["anchors"], name="anchors"),
+             helper.make_node("Reshape", ["head", "flat"], ["hflat"], name="flatten"),
+             helper.make_node("Slice", ["hflat", "ax0", "i2", "ax1"], ["xy_raw"], name="xy_raw"),
+             helper.make_node("Sigmoid", ["xy_raw"], ["xy_sig"], name="xy_sig"),
+             helper.make_node("Add", ["anchors", "xy_sig"], ["xy_a"], name="xy_anchor"),
+             helper.make_node("Mul", ["xy_a", "stride"], ["xy"], name="xy"),
+             helper.make_node("Slice", ["hflat", "i2", "all", "ax1"], ["rest"], name="rest_raw"),
+             helper.make_node("Sigmoid", ["rest"], ["rest_sig"], name="rest"),
+             helper.make_node("Concat", ["xy", "rest_sig"], ["output0"], axis=1, name="out")]
+    return _model(nodes, [helper.make_tensor_value_info("x", f, ["batch", 3, "height", "width"])],
+                  [helper.make_tensor_value_info("output0", f, ["batch", 4 + classes, "anchors"])], inits)
+
+
 def save(model: onnx.ModelProto, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(path))
@@ -347,7 +396,7 @@ def save(model: onnx.ModelProto, path: Path) -> Path:
 
 ALL = {"token_classifier": token_classifier, "topk_model": topk_model, "foldable_mlp": foldable_mlp,
        "small_cnn": small_cnn, "scaled_mlp": scaled_mlp, "rope_positions": rope_positions, "erfc_gelu": erfc_gelu,
-       "erf_gelu": erf_gelu, "tiny_detector": tiny_detector}
+       "erf_gelu": erf_gelu, "tiny_detector": tiny_detector, "dynamic_detector": dynamic_detector}
 
 if __name__ == "__main__":
     out = Path(sys.argv[1] if len(sys.argv) > 1 else ".")

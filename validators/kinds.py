@@ -203,10 +203,14 @@ def cosine_rows(out, ref, batch_dim: int | None) -> float:
     return float(cos.min()) if cos.size else 1.0
 
 
-def decode(head, axis: int, boxes: int = 4) -> list[list[tuple]]:
+MAX_CANDIDATES = 3000     # decode: the best candidates NMS considers (YOLO's max_nms is 30000 for 80 classes)
+MAX_DETECTIONS = 300      # ... and the detections it keeps (YOLO's max_det)
+
+
+def decode(head, axis: int, boxes: int = 4) -> list:
     """A YOLO-style head's detections per batch row after the standard decode: the best class per
     candidate at :data:`CONFIDENCE` or more, centre/size boxes as corners, greedy per-class NMS
-    at :data:`NMS_IOU`. Each detection is ``(x1, y1, x2, y2, class, score)``."""
+    at :data:`NMS_IOU`. Each row is an array of ``(x1, y1, x2, y2, class, score)``."""
     import numpy as np
 
     head = np.asarray(head, dtype=np.float64)
@@ -215,42 +219,63 @@ def decode(head, axis: int, boxes: int = 4) -> list[list[tuple]]:
     out = []
     for row in head:                       # (K, N)
         scores = row[boxes:]
-        cls = scores.argmax(axis=0)
         best = scores.max(axis=0)
         keep = np.flatnonzero(best >= CONFIDENCE)
+        keep = keep[np.argsort(-best[keep], kind="stable")][:MAX_CANDIDATES]
         cx, cy, w, h = row[0, keep], row[1, keep], row[2, keep], row[3, keep]
-        cand = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2, cls[keep], best[keep]], axis=1)
-        kept: list[tuple] = []
-        for det in cand[np.argsort(-cand[:, 5], kind="stable")]:
-            if all(d[4] != det[4] or iou(d, det) < NMS_IOU for d in kept):
-                kept.append(tuple(float(x) for x in det))
-        out.append(kept)
+        cand = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2, scores[:, keep].argmax(axis=0),
+                         best[keep]], axis=1)
+        kept = []
+        alive = np.ones(len(cand), bool)
+        for i in range(len(cand)):
+            if not alive[i]:
+                continue
+            kept.append(i)
+            if len(kept) == MAX_DETECTIONS:
+                break
+            rest = np.flatnonzero(alive[i + 1:]) + i + 1
+            same = rest[cand[rest, 4] == cand[i, 4]]
+            alive[same[ious(cand[i], cand[same]) >= NMS_IOU]] = False
+        out.append(cand[kept])
     return out
 
 
-def iou(a, b) -> float:
-    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+def ious(box, others):
+    """IoU of one corner box with each of ``others`` (rows of x1, y1, x2, y2, ...)."""
+    import numpy as np
+
+    ix = np.clip(np.minimum(box[2], others[:, 2]) - np.maximum(box[0], others[:, 0]), 0, None)
+    iy = np.clip(np.minimum(box[3], others[:, 3]) - np.maximum(box[1], others[:, 1]), 0, None)
     inter = ix * iy
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return inter / union if union > 0 else 0.0
+    union = (box[2] - box[0]) * (box[3] - box[1]) + (others[:, 2] - others[:, 0]) * (others[:, 3] - others[:, 1]) \
+        - inter
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(union > 0, inter / np.where(union > 0, union, 1.0), 0.0)
 
 
-def match(out_dets: list[tuple], ref_dets: list[tuple]) -> tuple[int, int, int]:
+def iou(a, b) -> float:
+    import numpy as np
+
+    return float(ious(np.asarray(a, dtype=np.float64), np.asarray([b], dtype=np.float64))[0])
+
+
+def match(out_dets, ref_dets) -> tuple[int, int, int]:
     """(matched, extra, missed): a detection matches a reference one of its class at
     :data:`MATCH_IOU` or more with a score within :data:`SCORE_DELTA`, greedily by score."""
-    used: set[int] = set()
+    import numpy as np
+
+    out_dets, ref_dets = np.asarray(out_dets, dtype=np.float64).reshape(-1, 6), \
+        np.asarray(ref_dets, dtype=np.float64).reshape(-1, 6)
+    free = np.ones(len(out_dets), bool)
     matched = 0
-    for r in sorted(ref_dets, key=lambda d: -d[5]):
-        best, best_iou = None, MATCH_IOU
-        for j, o in enumerate(out_dets):
-            if j in used or o[4] != r[4] or abs(o[5] - r[5]) > SCORE_DELTA:
-                continue
-            v = iou(o, r)
-            if v >= best_iou:
-                best, best_iou = j, v
-        if best is not None:
-            used.add(best)
+    for r in ref_dets[np.argsort(-ref_dets[:, 5], kind="stable")]:
+        ok = free & (out_dets[:, 4] == r[4]) & (np.abs(out_dets[:, 5] - r[5]) <= SCORE_DELTA)
+        if not ok.any():
+            continue
+        overlap = np.where(ok, ious(r, out_dets), -1.0)
+        j = int(overlap.argmax())
+        if overlap[j] >= MATCH_IOU:
+            free[j] = False
             matched += 1
     return matched, len(out_dets) - matched, len(ref_dets) - matched
 

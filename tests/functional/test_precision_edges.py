@@ -1,5 +1,5 @@
-"""onnx -> onnx-fp16 and onnx -> onnx-int8 for real: onnxconverter-common's fp16
-cast keeping the I/O types, onnxruntime's static quantization calibrated on the
+"""onnx -> onnx-fp16 and onnx -> onnx-int8 for real: the fp16 cast by op schema keeping
+the I/O types, onnxruntime's static quantization calibrated on the
 stored samples, both verified by onnxruntime against the fp32 reference by what the
 model is for (validators/tolerances.TASK: a classifier's top-1 agreement), int8 on
 samples it was not calibrated on."""
@@ -18,8 +18,7 @@ from ..conftest import FAST
 
 pytestmark = [pytest.mark.functional,
               pytest.mark.skipif(not deps.has("onnxruntime"), reason="the edges and their runner need onnxruntime")]
-needs_fp16 = pytest.mark.skipif(not deps.has("onnxconverter_common"),
-                                reason="onnx -> onnx-fp16 needs onnxconverter-common (extra: fp16)")
+needs_fp16 = pytest.mark.skipif(not deps.has("onnx"), reason="onnx -> onnx-fp16 needs onnx")
 
 
 def _status(tmp_path, name):
@@ -63,7 +62,8 @@ def test_fp16_and_int8_verify_with_their_tolerances(cli, onnx_model, tmp_path):
     assert io_types == {"x": onnx.TensorProto.FLOAT, "logits": onnx.TensorProto.FLOAT}   # I/O kept fp32
     floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
     assert {i.data_type for i in fp16.graph.initializer if i.data_type in floats} == {onnx.TensorProto.FLOAT16}
-    assert "onnxconverter-common" in st["formats"]["onnx-fp16"]["convert"]["exporter"]
+    assert st["formats"]["onnx-fp16"]["convert"]["exporter"].startswith("navigator fp16 by op schema")
+    assert st["formats"]["onnx-fp16"]["convert"]["precision_share"] == 1.0
 
     int8 = onnx.load(str(ws / "formats" / "onnx-int8" / "model.onnx"))
     ops = [n.op_type for n in int8.graph.node]

@@ -154,8 +154,6 @@ def test_convert_tensorrt_and_tensorrt_rtx_here(cli, onnx_model, tmp_path):
 
 
 def test_reduced_precision_engines_from_the_fp16_and_int8_graphs(cli, onnx_model, tmp_path):
-    if not deps.has("onnxconverter_common"):
-        pytest.skip("onnx -> onnx-fp16 needs onnxconverter-common (extra: fp16)")
     r = cli("convert", onnx_model("small_cnn"), "--workdir", tmp_path / "wd", "--targets", "tensorrt_rtx",
             "--target-precisions", "fp16,int8", "--min-shapes", "x:1x3x8x8", "--opt-shapes", "x:8x3x16x16",
             "--max-shapes", "x:16x3x32x32", "--shapes", "x:8x3x16x16", "--no-profile", *FAST)
