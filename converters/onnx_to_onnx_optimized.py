@@ -30,25 +30,54 @@ class OnnxToOnnxOptimized(Converter):
 
     def convert(self, ctx: ConvertContext) -> ConvertOutcome:
         import onnx
-        import onnx_graphsurgeon as gs
 
-        from navigator import deps
+        from navigator.converters.onnx_check import InvalidGraph, check_file
+        from navigator.converters.onnx_io import remove_onnx
 
         p: OnnxOptimizeParams = ctx.params
         model = onnx.load(str(ctx.source), load_external_data=False)
         if external_tensors(model):
             return self._convert_external(ctx, model)
-        model = onnx.load(str(ctx.source), load_external_data=True)
+        source = onnx.load(str(ctx.source), load_external_data=True)
+        # the first way whose graph checks and loads wins: constant folding inside If/Loop bodies
+        # (graphsurgeon's default) and onnxslim have each produced invalid graphs
+        ways = {(p.fold_constants, True, p.slim): "graphsurgeon", (p.fold_constants, False, p.slim): "top-level folding",
+                (False, False, p.slim): "no folding", (False, False, False): "cleanup only"}
+        failures = []
+        for (fold, recurse, slim), label in ways.items():
+            try:
+                model, strategy = self._optimize(ctx, onnx.ModelProto.FromString(source.SerializeToString()), fold,
+                                                 recurse, slim)
+                save_onnx(model, ctx.output)
+                check_file(ctx.output)
+            except (InvalidGraph, RuntimeError) as e:
+                remove_onnx(ctx.output)            # an invalid graph never stays on disk
+                failures.append(f"{label}: {str(e)[:200]}")
+                ctx.log.warning("optimization (%s) gave an invalid graph: %s", label, e)
+                continue
+            notes = [f"the first ways gave invalid graphs ({'; '.join(failures)}): {label} instead"] if failures else []
+            return ConvertOutcome(exporter=strategy, notes=notes)
+        raise RuntimeError(f"every way of optimizing gave an invalid graph: {'; '.join(failures)}")
+
+    def _optimize(self, ctx: ConvertContext, model, fold: bool, recurse: bool, slim: bool):
+        """(the optimized model, the strategy that made it); the source's metadata_props are kept
+        (PP-OCR's recognizer holds its character list there)."""
+        import onnx_graphsurgeon as gs
+
+        from navigator import deps
+
+        p: OnnxOptimizeParams = ctx.params
         names_out = [o.name for o in model.graph.output]
+        metadata = list(model.metadata_props)
         graph = gs.import_onnx(model)
         before = len(graph.nodes)
-        if p.fold_constants:
-            graph.fold_constants(size_threshold=p.fold_size_threshold)
+        if fold:
+            graph.fold_constants(size_threshold=p.fold_size_threshold, recurse_subgraphs=recurse)
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
         model = gs.export_onnx(graph, do_type_check=True)
         ctx.log.info("graphsurgeon: %d -> %d nodes", before, len(graph.nodes))
         strategy = "graphsurgeon"
-        if p.slim and deps.has("onnxslim"):
+        if slim and deps.has("onnxslim"):
             import onnxslim
 
             try:
@@ -62,9 +91,9 @@ class OnnxToOnnxOptimized(Converter):
         missing = [n for n in names_out if n not in {o.name for o in model.graph.output}]
         if missing:
             raise RuntimeError(f"optimization lost outputs {missing}")
-        save_onnx(model, ctx.output)
-        onnx.checker.check_model(str(ctx.output))
-        return ConvertOutcome(exporter=strategy)
+        del model.metadata_props[:]
+        model.metadata_props.extend(metadata)
+        return model, strategy if fold or not p.fold_constants else f"{strategy} (no folding)"
 
     def _convert_external(self, ctx: ConvertContext, model) -> ConvertOutcome:
         """A model with external data (a > 2 GB one): its weights are never loaded. Tensors up to
