@@ -86,7 +86,7 @@ def _open(model: Any, model_format: str | None, signature_name: str | None, task
         if fmt is None:
             if path.suffix.lower() in ONNX_SUFFIXES:
                 fmt = "onnx"
-            elif path.suffix.lower() in (".pt", ".pth", ".ts") and path.is_file():
+            elif path.suffix.lower() in (".pt", ".pth", ".ts", ".jit", ".torchscript") and path.is_file():
                 fmt = "torchscript"
             elif path.suffix.lower() == ".pt2" and path.is_file():
                 fmt = "torch_export"
@@ -98,7 +98,8 @@ def _open(model: Any, model_format: str | None, signature_name: str | None, task
                 raise UserInputError(f"{path}: no such file or directory")
             else:
                 raise UserInputError(f"{path}: cannot tell the model format from the name; supported here: "
-                                     ".onnx, .pt, .pt2 files, SavedModel and Hugging Face (config.json) folders "
+                                     ".onnx, .pt/.jit (TorchScript), .pt2 files, SavedModel and Hugging Face "
+                                     "(config.json) folders "
                                      "(give --model-format)")
         if not path.exists():
             raise UserInputError(f"{path}: no such file or directory")

@@ -245,9 +245,9 @@ def test_aoti_and_torch_compile_on_cpu(cli, tmp_path):
     assert compiled["profile"]["status"] == "ok"
 
 
-@pytest.mark.parametrize("kind", ["torchscript", "torch_export"])
-def test_model_files_as_sources(tmp_path, kind):
-    """A TorchScript file (.pt) and an ExportedProgram (.pt2) as the source."""
+@pytest.mark.parametrize("kind, suffix", [("torchscript", ".pt"), ("torchscript", ".jit"), ("torch_export", ".pt2")])
+def test_model_files_as_sources(tmp_path, kind, suffix):
+    """A TorchScript file (.pt, or .jit as some projects name it) and an ExportedProgram (.pt2)."""
     import warnings
 
     import navigator
@@ -258,7 +258,7 @@ def test_model_files_as_sources(tmp_path, kind):
     finally:
         sys.path.remove(str(ROOT / "examples"))
     x = torch.rand(4, 3, 16, 16)
-    path = tmp_path / ("cnn.pt" if kind == "torchscript" else "cnn.pt2")
+    path = tmp_path / f"cnn{suffix}"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if kind == "torchscript":
