@@ -276,7 +276,7 @@ def test_model_files_as_sources(tmp_path, kind, suffix):
     assert formats["torch"].convert.exporter == kind
     assert formats["onnx"].convert.exporter == ("legacy" if kind == "torchscript" else "dynamo")
     assert all(fs.verified for fs in formats.values())
-    assert (result.workspace / "formats" / "torch" / path.name.replace("cnn", "model")).is_file()
+    assert (result.workspace / "formats" / "torch" / ("model.pt" if kind == "torchscript" else "model.pt2")).is_file()
 
 
 def _small_cnn():
