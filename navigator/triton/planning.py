@@ -207,7 +207,16 @@ def plan_format(ws, st, key: str, name: str, opts: TritonOptions, notes: list[st
     if serving.note:
         notes.append(f"{key}: {serving.note}")
     notes.extend(_engine_launch_notes(ws, key))
-    mbs = _batching(st, fmt, opts, key, notes)
+    static = _static_shapes(ws, st, fs)
+    if static:   # exported at the samples' shapes only: Triton must send exactly those
+        if opts.max_batch_size:
+            raise UserInputError(f"--max-batch-size {opts.max_batch_size}: {key} was exported with static shapes "
+                                 f"(its convert.exporter says why) and runs at one batch size only")
+        mbs = 0
+        notes.append(f"{key}: exported with static shapes, so served without batching at the shapes it was "
+                     f"verified at ({', '.join(f'{n} {list(v)}' for n, v in static.items())})")
+    else:
+        mbs = _batching(st, fmt, opts, key, notes)
     batching = mbs > 0
     triton_names, artifact_names = _names(st, fs, serving, notes, key)
     kind = _instance_kind(fmt, fs, serving, opts, key)
@@ -221,7 +230,7 @@ def plan_format(ws, st, key: str, name: str, opts: TritonOptions, notes: list[st
     for specs, tensors, expected in ((st.signature.inputs, plan.inputs, expected_in),
                                      (st.signature.outputs, plan.outputs, expected_out)):
         for t in specs:
-            dims, reshape = cfg_mod.expected_dims(t.shape, batching)
+            dims, reshape = cfg_mod.expected_dims(list(static.get(t.name, t.shape)) if static else t.shape, batching)
             tensors.append(TensorPlan(name=triton_names[t.name], source=t.name, feed=artifact_names[t.name],
                                       dtype=t.dtype, dims=dims, reshape=reshape))
             expected.append((triton_names[t.name], t.dtype, dims))
@@ -270,6 +279,19 @@ def _served_cuda_variant(plan: ModelPlan, fs, key: str, notes: list[str]) -> Non
 # onnxruntime's graph optimisation levels as Triton's onnxruntime backend reads optimization.graph.level
 # (src/onnxruntime.cc: unset or any other value is ORT_ENABLE_ALL)
 _GRAPH_LEVELS = {"basic": -1, "extended": 1, "disabled": 2}
+
+
+def _static_shapes(ws, st, fs) -> dict | None:
+    """{tensor: shape} of an artifact exported with static shapes (a torch.export fallback): the first
+    stored sample's inputs and reference outputs, the shapes it was verified at; None otherwise."""
+    if "static shapes" not in (fs.convert.exporter or ""):
+        return None
+    from navigator.workspace import npz
+
+    inputs, refs = ws.input_files(), ws.reference_files()
+    if not inputs or not refs:
+        return None
+    return {n: tuple(a.shape) for part in (npz.load(inputs[0]), npz.load(refs[0])) for n, a in part.items()}
 
 
 def _served_graph_level(plan: ModelPlan, fs, key: str, notes: list[str]) -> None:

@@ -138,3 +138,23 @@ def test_onnx_on_gpu_is_served_with_the_cuda_options_it_was_verified_with(ws, tm
     assert any("prefer_nhwc" in n for n in result.notes) == nhwc_fastest
     cpu = _cfg(emit(ws, {"repo": tmp_path / "cpu", "formats": "onnx", "kind": "cpu"}).models[0].path)
     assert not cpu.optimization.execution_accelerators.gpu_execution_accelerator
+
+
+def test_a_program_exported_with_static_shapes_is_served_at_those_shapes(ws, tmp_path):
+    """A torch.export that fell back to static shapes got max_batch_size 64 and dynamic dims, then
+    failed its own warm-up on load: it is served without batching at the shapes it was verified at."""
+    (ws / "formats" / "torch_export").mkdir(parents=True)
+    (ws / "formats" / "torch_export" / "model.pt2").write_bytes(b"placeholder")
+    npz.save(ws / "samples" / "reference" / "000.npz", {"y": np.ones((8, 10), np.float16)})
+    st = status_mod.load(ws / "status.yaml")
+    st.formats["torch_export"] = FormatStatus(format="torch_export", path="formats/torch_export/model.pt2",
+                                              convert=ConvertStep(status="ok", exporter="torch.export (static shapes)"),
+                                              runners={"torch_export-cpu": _runner("torch_export", "cpu")})
+    status_mod.save(st, ws / "status.yaml")
+    result = emit(ws, {"repo": tmp_path / "repo", "formats": "torch_export"})
+    cfg = _cfg(result.models[0].path)
+    assert cfg.max_batch_size == 0
+    assert [list(i.dims) for i in cfg.input] == [[8, 3, 4]] and [list(o.dims) for o in cfg.output] == [[8, 10]]
+    assert any("static shapes" in n for n in result.notes)
+    with pytest.raises(UserInputError, match="static shapes"):
+        emit(ws, {"repo": tmp_path / "other", "formats": "torch_export", "max_batch_size": 4})
