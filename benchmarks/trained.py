@@ -359,7 +359,7 @@ def run_one(name: str, workdir: Path, quick: bool, timeout: float) -> dict:
         conv = fs.get("convert") or {}
         if conv.get("status") != "ok":
             rec["rows"].append({"format": key, "runner": "-", "verify": f"convert {conv.get('status')}",
-                                "reason": (conv.get("reason") or "")[:200]})
+                                                "reason": (conv.get("reason") or "")[:600]})
             continue
         for rkey, rs in (fs.get("runners") or {}).items():
             v = rs.get("verify") or {}
@@ -403,6 +403,7 @@ def run_one(name: str, workdir: Path, quick: bool, timeout: float) -> dict:
             ov_v = next((r for r in rec["rows"] if r["format"] == "openvino"), {})
             rec["rows"].append({"format": "openvino", "runner": f"openvino default ({prec})",
                                 "verify": ov_v.get("verify"), "conclusive": ov_v.get("conclusive"),
+                                "checks": ov_v.get("checks"),
                                 "served_default": True, "task": evaluate(model, refs, outs, meta)})
         except Exception as e:   # noqa: BLE001
             rec["rows"].append({"format": "openvino", "runner": "openvino default", "verify": None,
@@ -456,13 +457,28 @@ def task_cell(task: str, m: dict) -> str:
 
 
 def verdict_cell(row: dict) -> str:
+    """Navigator's verify status and how many of its output checks were conclusive (able to fail)."""
     v = row.get("verify")
     if v is None:
         return "-"
     if str(v).startswith("convert"):
         return v
-    c = row.get("conclusive")
-    return f"{v}" + ("" if c else " (inconclusive check)" if c is False else "")
+    checks = row.get("checks") or {}
+    n = len(checks)
+    k = sum(1 for c in checks.values() if c.get("conclusive") is True)
+    cell = f"{v}; conclusive {'all' if n and k == n else f'{k}/{n}'}" if n else f"{v}"
+    if row.get("served_default"):
+        cell = f"(Navigator's openvino-cpu: {cell})"
+    return cell
+
+
+def short_reason(text: str, n: int = 220) -> str:
+    """A reason for a table cell: long quoted node names cut, pipes escaped."""
+    import re
+
+    text = re.sub(r"'([^']{40})[^']{20,}'", lambda m: f"'{m.group(1)}…'", text or "")
+    text = re.sub(r"node name: [^)]{40,}\)", "node name: …)", text)
+    return text[:n].replace("|", "\\|").replace("\n", " ")
 
 
 def render(results: list[dict], meta: dict) -> str:
@@ -500,7 +516,7 @@ def render(results: list[dict], meta: dict) -> str:
                 else:
                     ag, cbf = "**no: correct but failed**", cbf + 1
                     cbf_rows.append(f"{r['model']} {row['format']} {row['runner']}")
-            metric = task_cell(r["task"], m) if m else (row.get("task_error") or row.get("reason") or "-")
+            metric = task_cell(r["task"], m) if m else short_reason(row.get("task_error") or row.get("reason") or "-")
             lines.append(f"| {r['model']} | {row['format']} | {row['runner']} | {verdict_cell(row)} | {metric} | "
                          f"{'-' if within is None else ('yes' if within else 'NO')} | {ag} |")
     lines += ["", f"**Summary**: {n} (format, runner) rows with both a verdict and a task measurement; {agree} agree; "
@@ -520,6 +536,8 @@ def render(results: list[dict], meta: dict) -> str:
     notes += [f"* {r['model']}: {r['error']}" for r in results if r.get("error")]
     if notes:
         lines += ["", *notes]
+    if meta.get("notes"):
+        lines += ["", meta["notes"].rstrip()]
     lines += ["", "## Versions", "", "| package | version |", "|---|---|"]
     lines += [f"| {k} | {v or 'not installed'} |" for k, v in meta["versions"].items()]
     lines += ["", "## Commands", "", "```", meta["command"]]
@@ -538,6 +556,7 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=1800.0, help="per navigator convert, seconds")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--from-json", help="render the report from an earlier --json")
+    ap.add_argument("--notes", help="a markdown file (hand-written analysis) embedded after the tables")
     args = ap.parse_args(argv)
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -582,6 +601,8 @@ def main(argv=None) -> int:
         meta["load_end"] = [round(x, 2) for x in os.getloadavg()]
         jpath = Path(args.json) if args.json else workdir / "trained.json"
         jpath.write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str))
+    if args.notes:
+        meta["notes"] = Path(args.notes).read_text()
     text = render(results, meta)
     out = Path(args.out) if args.out else workdir / "trained.md"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -246,11 +246,13 @@ class Tally:
         return False, "; ".join(why) or "every wrong answer tried passes the rule too"
 
 
-def cure(name: str, rule) -> str:
-    """What makes the check able to fail, for the message beside an inconclusive output."""
+def cure(name: str, rule, samples_given: bool = False) -> str:
+    """What makes the check able to fail, for the message beside an inconclusive output; a user who
+    gave real samples is not told to give real samples."""
     from navigator.specs import format_name
 
     n = format_name(name)
-    return (f"verify with trained weights or real inputs (--samples DIR), give an explicit rule for this output "
-            f"(--atol {n}:VALUE or --compare {n}:MODE=VALUE), or --compare {n}:skip when it does not depend on "
-            "the input")
+    data = ("use samples on which this output varies and is not near zero (a detector's samples need objects in "
+            "them)" if samples_given else "verify with trained weights or real inputs (--samples DIR)")
+    return (f"{data}, give an explicit rule for this output (--atol {n}:VALUE or --compare {n}:MODE=VALUE), or "
+            f"--compare {n}:skip when it does not depend on the input")

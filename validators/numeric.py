@@ -41,12 +41,13 @@ class Accumulator:
     tensor is one sample)."""
 
     def __init__(self, name: str, rule: OutputRule, *, batch_dim: int | None = 0, scale: float | None = None,
-                 kind=None, select: tuple[int, list[int]] | None = None):
+                 kind=None, select: tuple[int, list[int]] | None = None, samples_given: bool = False):
         self.name = name
         self.rule = rule
         self.batch_dim = batch_dim
         self.kind = kind                # navigator.validators.kinds.Kind: top1's axis, detections' layout
         self.select = select            # (axis, indices): this accumulator checks that slice group only
+        self.samples_given = samples_given   # the user's own samples: the cure does not ask for them
         self.check = OutputCheck(mode=rule.mode, passed=True, atol=rule.atol, rtol=rule.rtol,
                                  threshold=rule.threshold, scale=scale)
         if rule.mode in ("tolerance",):
@@ -197,7 +198,7 @@ class Accumulator:
         if rule.mode != "skip":
             c.conclusive, c.control = self._controls.verdict(rule)
             if c.passed and c.conclusive is False:
-                c.cure = controls.cure(self.name, rule)
+                c.cure = controls.cure(self.name, rule, self.samples_given)
         if self.kind is not None:
             c.kind = self.kind.kind
         # status.yaml is also read as JSON: an infinite statistic is recorded as null

@@ -38,6 +38,7 @@ class VerifySpec(Record):
     kinds: dict[str, str] = field(default_factory=dict)    # output kinds the user declared (--output-kinds)
     held_out: list[str] = field(default_factory=list)      # verify on these samples only (int8: not calibrated on)
     calibrated_on: list[str] = field(default_factory=list)  # the samples the format was calibrated on
+    samples_given: bool = False                            # the user's samples, not generated ones
 
 
 @dataclass

@@ -247,8 +247,10 @@ def run_verify(ws, task: Task, spec: RunnerTask, io_names: dict, live: Any = Non
         if result["status"] == "ok" and not set(samples) - set(verify.calibrated_on):
             result |= {"status": "inconclusive",
                        "reason": f"verified only on the samples it was calibrated on ({', '.join(sorted(samples))}): "
-                                 "that says nothing of other inputs; give two or more sample batches (--samples "
-                                 "DIR, or --sample-count 2) so one part calibrates and another verifies"}
+                                 "that says nothing of other inputs; give two or more sample batches ("
+                                 + ("more files in --samples DIR" if verify.samples_given else
+                                    "--samples DIR, or --sample-count 2")
+                                 + ") so one part calibrates and another verifies"}
     return result, runner
 
 
@@ -270,7 +272,7 @@ def _accumulators(verify, references: dict, variations: dict | None = None, rule
         arrays = [r[name] for r in references.values() if name in r]
         floats = any(np.asarray(a).dtype.kind in "fc" for a in arrays)
         if not floats:
-            accs[name] = Accumulator(name, rule, batch_dim=verify.batch_dim)
+            accs[name] = Accumulator(name, rule, batch_dim=verify.batch_dim, samples_given=verify.samples_given)
             continue
         declared = verify.kinds.get(name) or ("detections" if rule.mode == "detections" else None)
         kind = kinds.infer(name, arrays, verify.batch_dim, declared)
@@ -287,7 +289,7 @@ def _accumulators(verify, references: dict, variations: dict | None = None, rule
                 floor = FLOOR_FACTOR * max((_finite_max(np.abs(v.astype(np.float64) - r.astype(np.float64)))
                                             for v, r in pairs), default=0.0)
             acc = Accumulator(name, rule.resolve(scale, floor), batch_dim=verify.batch_dim, scale=scale, kind=kind,
-                              select=select)
+                              select=select, samples_given=verify.samples_given)
             if rule.mode in ("tolerance", "mismatch_fraction"):
                 acc.check.atol_rule = rule.derivation(scale, floor, unit)
                 acc.check.floor = floor

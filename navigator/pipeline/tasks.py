@@ -43,7 +43,8 @@ def verify_spec(ctx: RunContext, key: str) -> VerifySpec:
         if not cfg.verify_batch_sizes:   # never outside the shape profiles: an engine would refuse it
             sizes = [b for b in sizes if _batch_in_profiles(ctx, b)] or sizes
     return VerifySpec(rules=rules, allow_nan=cfg.allow_nan, error_stat=cfg.error_stat, batch_sizes=sizes,
-                      batch_dim=batch_dim, corners=corners, kinds=dict(cfg.output_kinds or {}))
+                      batch_dim=batch_dim, corners=corners, kinds=dict(cfg.output_kinds or {}),
+                      samples_given=samples.source != "generated")
 
 
 def _batch_in_profiles(ctx: RunContext, size: int) -> bool:

@@ -171,3 +171,13 @@ def test_the_verify_status_from_its_outputs():
     assert verdict({"a": ok, "b": unsure}) == {"status": "inconclusive", "reason": "b: inconclusive: constant"}
     assert verdict({"a": bad, "b": unsure})["status"] == "failed"
     assert verdict({"a": skip, "b": skip})["status"] == "inconclusive"
+
+
+def test_the_cure_does_not_ask_for_real_samples_from_a_user_who_gave_them():
+    from navigator.validators.controls import cure
+    from navigator.validators.tolerances import rule_for
+
+    rule = rule_for("boxes", "float32", precision="int8")
+    assert "--samples DIR" in cure("boxes", rule)
+    given = cure("boxes", rule, samples_given=True)
+    assert "--samples DIR" not in given and "objects in them" in given and "--compare boxes:skip" in given
