@@ -50,5 +50,10 @@ def write_reproduce(ctx: RunContext, item, fs: FormatStatus, task: Task) -> None
             lines.insert(4, f"# the same with plain framework calls: python {ws.inner(ws.reproduce_py(item.key))}")
     else:
         lines.extend(_source_lines(ctx, item.key, fs))
+    # what the verdict depended on goes with the artifact: run it as it was verified
+    for spec in task.runners:
+        lines.append(f"# run as {spec.key} verified it: navigator.load('.').runner({item.key!r}, {spec.key!r}) "
+                     f"(options {json.dumps(spec.options, sort_keys=True)}; the runtime's own report in status.yaml, "
+                     f"formats.{item.key}.runners.{spec.key}.verify.settings)")
     write_text(ws.reproduce_sh(item.key), "\n".join(lines) + "\n")
     os.chmod(ws.reproduce_sh(item.key), 0o755)
