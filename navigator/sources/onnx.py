@@ -35,8 +35,8 @@ class OnnxSource(Source):
 
 
 def open_onnx(path: Path) -> OnnxSource:
-    from navigator.sources.signature import (check_onnx, external_data_files, index_bounds, load_onnx, onnx_signature,
-                                             short_external_data)
+    from navigator.sources.signature import (check_onnx, compared_values, external_data_files, index_bounds, load_onnx,
+                                             onnx_signature, short_external_data)
 
     model = load_onnx(path)
     missing = [p for p in external_data_files(model, path.parent) if not p.is_file()]
@@ -47,7 +47,7 @@ def open_onnx(path: Path) -> OnnxSource:
         raise UserInputError(f"{path}: {short}")
     check_onnx(path)
     return OnnxSource(format="onnx", key="onnx", name=path.stem, path=path, signature=onnx_signature(model),
-                      index_bounds=index_bounds(model),
+                      index_bounds=index_bounds(model), value_ranges=compared_values(model),
                       reference_runner=RunnerTask("onnxruntime", "cpu",
                                                   options={"graph_optimization_level": "disabled"}),
                       variation_runner=RunnerTask("onnxruntime", "cpu", options={"graph_optimization_level": "all"}))

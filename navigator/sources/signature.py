@@ -156,6 +156,51 @@ def index_bounds(model) -> dict[str, int]:
     return bounds
 
 
+_COMPARISONS = ("Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual")
+
+
+def compared_values(model) -> dict[str, tuple[float, float]]:
+    """Value ranges for inputs the graph compares with a constant scalar (``sr == 16000`` in a
+    voice-activity model): generated values must take the branch a real input takes, not [0, 16).
+    The first such constant wins: [c, c + 1)."""
+    from onnx import numpy_helper
+
+    graph = model.graph
+    scalars = {}
+    for init in graph.initializer:
+        if init.dims in ([], [1]):
+            scalars[init.name] = float(numpy_helper.to_array(init).reshape(-1)[0])
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output:
+            for attr in node.attribute:
+                if attr.name == "value" and list(attr.t.dims) in ([], [1]):
+                    scalars[node.output[0]] = float(numpy_helper.to_array(attr.t).reshape(-1)[0])
+    consumers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    found: dict[str, tuple[float, float]] = {}
+    for vi in graph.input:
+        if vi.name in scalars:
+            continue
+        frontier, seen = [vi.name], set()
+        while frontier and vi.name not in found:
+            name = frontier.pop(0)
+            if name in seen:
+                continue
+            seen.add(name)
+            for node in consumers.get(name, []):
+                if node.op_type in _COMPARISONS and len(node.input) == 2:
+                    other = node.input[1] if node.input[0] == name else node.input[0]
+                    if other in scalars:
+                        c = scalars[other]
+                        found[vi.name] = (c, c + 1.0)
+                        break
+                elif node.op_type in _PASSTHROUGH and node.input and node.input[0] == name:
+                    frontier.extend(node.output)
+    return found
+
+
 def all_tensors(graph):
     yield from graph.initializer
     for node in graph.node:

@@ -232,3 +232,25 @@ def test_external_data_files(tmp_path):
     assert index_bounds(loaded) == {"ids": 1000}   # dims are known without loading the data
     onnx.save_model(_gather_model(), str(tmp_path / "inline.onnx"))
     assert external_data_files(load_onnx(tmp_path / "inline.onnx"), tmp_path) == []
+
+
+def test_an_input_compared_with_a_constant_is_generated_at_that_value():
+    """A voice-activity model takes a rank-0 sample rate and branches on ``sr == 16000``: generated
+    values in [0, 16) took a branch no real input takes."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from navigator.sources.signature import compared_values
+
+    nodes = [helper.make_node("Cast", ["sr"], ["sr64"], to=TensorProto.INT64),
+             helper.make_node("Equal", ["sr64", "rate"], ["is16k"]),
+             helper.make_node("Where", ["is16k", "x", "zero"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4]),
+                                           helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 4])],
+                              [numpy_helper.from_array(np.array(16000, np.int64), "rate"),
+                               numpy_helper.from_array(np.zeros(1, np.float32), "zero")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    assert compared_values(model) == {"sr": (16000.0, 16001.0)}
