@@ -352,9 +352,9 @@ def run_one(name: str, workdir: Path, quick: bool, timeout: float) -> dict:
 
     try:
         res = navigator.load(rec["navigator"]["workspace"])
-    except Exception as e:   # noqa: BLE001
-        rec["error"] = f"navigator.load: {type(e).__name__}: {e}"
-        return rec
+    except Exception as e:   # noqa: BLE001  (the verdicts are still read from status.yaml below)
+        rec["error"] = f"navigator.load: {type(e).__name__}: {e}"[:600]
+        res = None
     for key, fs in (st.get("formats") or {}).items():
         conv = fs.get("convert") or {}
         if conv.get("status") != "ok":
@@ -369,7 +369,9 @@ def run_one(name: str, workdir: Path, quick: bool, timeout: float) -> dict:
                    "reason": (v.get("reason") or "")[:300],
                    "checks": {o: {k: c.get(k) for k in ("mode", "passed", "max_abs", "atol", "scale", "measured",
                                                           "threshold", "conclusive")} for o, c in checks.items()}}
-            if refs is not None:
+            if res is None:
+                row["task_error"] = "navigator.load failed (see the notes)"
+            elif refs is not None:
                 try:
                     runner = res.runner(key, rkey)
                     try:
