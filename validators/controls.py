@@ -246,12 +246,39 @@ class Tally:
         return False, "; ".join(why) or "every wrong answer tried passes the rule too"
 
 
+def rows_needed(threshold: float) -> int:
+    """How many counted rows a rate budget needs before it can be shown: with none wrong among n,
+    the 95% upper bound of the wrong rate is about 3 / n (the rule of three), so ``top1 >= 0.99``
+    needs 300 rows, ``detections >= 0.95`` 60 reference detections."""
+    import math
+
+    return math.ceil(3.0 / (1.0 - threshold) - 1e-9) if threshold < 1.0 else 1
+
+
+def too_few(rule, counted: int | None) -> str | None:
+    """Why a passing rate-based check (top1, detections) proves nothing yet: it counted fewer rows
+    than its budget needs (:func:`rows_needed`); None when it counted enough."""
+    if counted is None or rule.mode not in ("top1", "detections") or rule.threshold is None:
+        return None
+    need = rows_needed(rule.threshold)
+    if counted >= need:
+        return None
+    what = "rows" if rule.mode == "top1" else "reference detections"
+    return (f"only {counted} {what}: a {rule.mode} budget of {rule.threshold:g} is shown on {need} or more "
+            f"(with none wrong among n, the 95% bound on the wrong rate is 3/n)")
+
+
 def cure(name: str, rule, samples_given: bool = False) -> str:
     """What makes the check able to fail, for the message beside an inconclusive output; a user who
     gave real samples is not told to give real samples."""
     from navigator.specs import format_name
 
     n = format_name(name)
+    if rule.mode in ("top1", "detections") and rule.threshold is not None:
+        more = (f"give more real samples ({rows_needed(rule.threshold)} or more "
+                f"{'rows' if rule.mode == 'top1' else 'reference detections'}), or a budget this data can show "
+                f"(--compare {n}:{rule.mode}=0.9)")
+        return more if samples_given else f"verify with real inputs (--samples DIR): {more}"
     data = ("use samples on which this output varies and is not near zero (a detector's samples need objects in "
             "them)" if samples_given else "verify with trained weights or real inputs (--samples DIR)")
     return (f"{data}, give an explicit rule for this output (--atol {n}:VALUE or --compare {n}:MODE=VALUE), or "

@@ -197,6 +197,10 @@ class Accumulator:
                       f"detections matched, {extra} extra; a match: same class, IoU >= 0.5, score within 0.1)")
         if rule.mode != "skip":
             c.conclusive, c.control = self._controls.verdict(rule)
+            if c.passed and c.conclusive is not False:
+                short = controls.too_few(rule, self._counted())
+                if short:
+                    c.conclusive, c.control = False, short
             if c.passed and c.conclusive is False:
                 c.cure = controls.cure(self.name, rule, self.samples_given)
         if self.kind is not None:
@@ -208,6 +212,14 @@ class Accumulator:
                 setattr(c, attr, None)
         return c
 
+
+    def _counted(self) -> int | None:
+        """What a rate-based rule counted: rows for top1, reference detections for detections."""
+        if self.rule.mode == "top1":
+            return self._mismatch[1]
+        if self.rule.mode == "detections":
+            return self._detections[0] + self._detections[2]
+        return None
 
     @property
     def _kind_name(self) -> str:

@@ -12,7 +12,6 @@ import pytest
 import yaml
 
 from navigator import deps
-from navigator.validators.tolerances import TASK
 
 from ..conftest import FAST
 
@@ -21,8 +20,10 @@ pytestmark = [pytest.mark.functional,
 needs_fp16 = pytest.mark.skipif(not deps.has("onnx"), reason="onnx -> onnx-fp16 needs onnx")
 
 
-def _status(tmp_path, name):
-    return yaml.safe_load((tmp_path / "wd" / f"{name}.nav.workspace" / "status.yaml").read_text())
+def _status(tmp_path, name, root=False):
+    """status.yaml of workspace ``name`` in ``tmp_path/wd`` (``root``: in ``tmp_path`` itself)."""
+    folder = tmp_path if root else tmp_path / "wd"
+    return yaml.safe_load((folder / f"{name}.nav.workspace" / "status.yaml").read_text())
 
 
 def _verify(st, key):
@@ -31,9 +32,18 @@ def _verify(st, key):
 
 @needs_fp16
 def test_fp16_and_int8_verify_with_their_tolerances(cli, onnx_model, tmp_path):
+    """Both judged by the top-1 class of each of 320+ rows. With random weights the logits are
+    near-tied and int8 moves 1-2% of the classes: the default 99% fails it (a real finding, not
+    noise), an explicit 95% budget verifies it."""
     model = onnx_model("small_cnn")
-    r = cli("convert", model, "--workdir", tmp_path / "wd", "--targets", "onnx-fp16,onnx-int8",
-            "--shapes", "x:8x3x16x16", "--sample-count", "3", "--no-profile", *FAST)
+    args = ("--targets", "onnx-fp16,onnx-int8", "--shapes", "x:160x3x16x16", "--sample-count", "4", "--no-profile",
+            *FAST)
+    r = cli("convert", model, "--workdir", tmp_path / "default", *args)
+    assert r.returncode == 1, r.stderr + r.stdout
+    default = _verify(_status(tmp_path / "default", "small_cnn", root=True), "onnx-int8")
+    assert default["status"] == "failed" and "rows changed their class" in default["reason"], default
+    assert _verify(_status(tmp_path / "default", "small_cnn", root=True), "onnx-fp16")["status"] == "ok"
+    r = cli("convert", model, "--workdir", tmp_path / "wd", *args, "--compare", "logits:top1=0.95")
     assert r.returncode == 0, r.stderr + r.stdout
     st = _status(tmp_path, "small_cnn")
     ws = tmp_path / "wd" / "small_cnn.nav.workspace"
@@ -42,14 +52,14 @@ def test_fp16_and_int8_verify_with_their_tolerances(cli, onnx_model, tmp_path):
         assert fmt["convert"]["status"] == "ok" and fmt["precision"] == precision and fmt["parent"] == "onnx"
         v = _verify(st, key)
         assert v["status"] == "ok", v
-        assert v["batch_sizes"] == [1, 8]
+        assert v["batch_sizes"] == [1, 160]
         logits = v["outputs"]["logits"]
         assert logits["conclusive"] is True, logits          # the check could reject a wrong answer
         # a classifier's logits at a lossy precision: judged by the top-1 class of every row
         assert logits["kind"] == "logits" and logits["mode"] == "top1"
-        assert logits["threshold"] == TASK[precision]["top1"] and logits["measured"] >= 0.99, logits
+        assert logits["threshold"] == 0.95 and logits["measured"] >= 0.95, logits
         if precision == "int8":   # calibrated on one part of the samples, verified on the others
-            assert v["calibrated_on"] == ["000", "001"] and v["samples"] and "000" not in v["samples"], v
+            assert v["calibrated_on"] == ["000", "001"] and v["samples"][:2] == ["002", "003"], v
             assert not set(v["samples"]) & set(v["calibrated_on"])
         # a real difference from the fp32 reference, inside the precision's tolerance
         assert 0 < logits["max_abs"], logits
@@ -74,14 +84,14 @@ def test_fp16_and_int8_verify_with_their_tolerances(cli, onnx_model, tmp_path):
     assert not any(i.data_type == onnx.TensorProto.INT32 for i in inits.values())
     assert inits["conv_b"].data_type == onnx.TensorProto.FLOAT
     log = (ws / "formats" / "onnx-int8" / "convert.log").read_text()
-    assert "calibrated on 2 batches" in log   # of 3: the third verifies
+    assert "calibrated on 2 batches" in log   # of 4: the other two verify
 
 
 @needs_fp16
 def test_fp16_of_an_embedding_model_keeps_int64_ids(cli, onnx_model, tmp_path):
     """Gather on int64 ids, ReduceMean, Softmax: two dynamic dims, two outputs."""
     r = cli("convert", onnx_model("token_classifier"), "--workdir", tmp_path / "wd", "--targets", "onnx-fp16",
-            "--no-profile", *FAST)
+            "--shapes", "ids:160x16", "--no-profile", *FAST)   # 300+ rows: what a top-1 budget of 99% needs
     assert r.returncode == 0, r.stderr + r.stdout
     v = _verify(_status(tmp_path, "token_classifier"), "onnx-fp16")
     assert v["status"] == "ok" and set(v["outputs"]) == {"logits", "probs"}, v

@@ -79,14 +79,21 @@ def test_an_absolute_atol_above_a_tiny_output_is_inconclusive_and_the_scaled_def
 
 def test_fp16_rounding_on_large_logits_verifies(cli, tmp_path):
     """fp16 logits are judged by what a classifier is for: the same top-1 class on >= 99% of the rows
-    (the rounding of large logits, ~1e-2 of their scale, moves no class)."""
+    (the rounding of large logits, ~1e-2 of their scale, moves no class), shown on 300 rows or more;
+    the default 2 x 8 generated rows cannot show it (inconclusive, with the cure)."""
     path = models.save(models.scaled_mlp(scale=30.0), tmp_path / "large.onnx")
-    r = cli("convert", path, "--workdir", tmp_path / "wd", "--targets", "onnx-fp16", "--no-profile", *FAST)
+    r = cli("convert", path, "--workdir", tmp_path / "wd", "--targets", "onnx-fp16", "--shapes", "x:160x8",
+            "--no-profile", *FAST)
     assert r.returncode == 0, r.stdout
     check = _verify(_status(tmp_path / "wd" / "large.nav.workspace"), "onnx-fp16")["outputs"]["logits"]
     assert check["kind"] == "logits" and check["mode"] == "top1" and check["threshold"] == 0.99
     assert check["scale"] > 10 and check["measured"] >= 0.99
     assert 0 < check["max_abs"] and check["conclusive"] is True
+    r = cli("convert", path, "--workdir", tmp_path / "few", "--targets", "onnx-fp16", "--no-profile", *FAST)
+    assert r.returncode == 1, r.stdout
+    check = _verify(_status(tmp_path / "few" / "large.nav.workspace"), "onnx-fp16")["outputs"]["logits"]
+    assert check["passed"] is True and check["conclusive"] is False and "300 or more" in check["control"]
+    assert "--samples DIR" in check["cure"] and "logits:top1=0.9" in check["cure"]
 
 
 @pytest.mark.parametrize("model, shapes", [("rope_positions", "x:4x12x8"), ("dynamic_detector", "x:4x3x64x96")])
