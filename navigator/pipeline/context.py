@@ -25,6 +25,7 @@ class Prepared:
     samples_info: SamplesInfo
     warnings: list[str] = field(default_factory=list)
     reference: list[dict] | None = None           # reference outputs computed in this process (torch)
+    variation: list[dict] | None = None           # the same in float64: the source's own variation (torch)
 
 
 @dataclass

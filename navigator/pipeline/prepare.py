@@ -138,8 +138,9 @@ def prepare_source(source, samples: Any, config: NavigatorConfig, reporter) -> P
         drop_corners(batches, info, corners, refused, reporter)
     _describe(info, batches, corners)
     _check_output_options(config, sig)
+    variation = getattr(source, "variation", None) if reference is not None else None
     return Prepared(ws=ws, source=source, batches=batches, batch_dim=batch_dim, profiles=profiles,
-                    samples_info=info, warnings=warnings, reference=reference)
+                    samples_info=info, warnings=warnings, reference=reference, variation=variation)
 
 
 def _add_corners(batches: list[dict], sig, profiles: list[dict], batch_dim, source, config, info,
@@ -221,6 +222,9 @@ def write_workspace(prep: Prepared, config: NavigatorConfig, device: str, *, kee
         npz.save(ws.sample_file("inputs", i), batch)
     for i, outputs in enumerate(prep.reference or []):
         npz.save(ws.sample_file("reference", i), outputs)
+    for i, outputs in enumerate(prep.variation or []):
+        if outputs is not None:
+            npz.save(ws.variation_file(f"{i:03d}"), outputs)
     st = Status(
         model=ModelInfo(name=ws.name, source_format=source.format,
                         path=source.identity(), sha256=source.sha256(),
@@ -232,6 +236,9 @@ def write_workspace(prep: Prepared, config: NavigatorConfig, device: str, *, kee
     st.config["device"] = device
     if source.reference_runner is None:
         st.samples.reference = {"key": source.key, "runner": "torch eager fp32, cpu, calling process"}
+        if prep.variation:
+            st.samples.reference["variation"] = {"runner": "torch eager float64, cpu (the module and its float "
+                                                           "inputs in double precision)"}
     elif config.reference in (None, source.key):
         runner = source.reference_runner
         st.samples.reference = {"key": source.key, "runner": runner.key,
@@ -284,6 +291,9 @@ def run_prepare(task) -> dict:
         npz.save(out / "inputs" / f"{i:03d}.npz", batch)
     for i, outputs in enumerate(prep.reference or []):
         npz.save(out / "reference" / f"{i:03d}.npz", outputs)
+    for i, outputs in enumerate(prep.variation or []):
+        if outputs is not None:
+            npz.save(out / "variation" / f"{i:03d}.npz", outputs)
     src = prep.source
     facts = {"signature": src.signature.to_dict(), "batch_dim": prep.batch_dim, "profiles": prep.profiles,
              "samples_info": prep.samples_info.to_dict(), "warnings": reporter.lines,
@@ -381,6 +391,8 @@ def prepare_in_worker(model: str, samples: Any, config: NavigatorConfig, reporte
         facts = json.loads((tmp / "out" / PREPARED_FILE).read_text())
         batches = [npz.load(p) for p in sorted((tmp / "out" / "inputs").glob("*.npz"))]
         reference = [npz.load(p) for p in sorted((tmp / "out" / "reference").glob("*.npz"))]
+        found = {p.stem: npz.load(p) for p in (tmp / "out" / "variation").glob("*.npz")}
+        variation = [found.get(f"{i:03d}") for i in range(len(reference))] if found else None
     s = facts["source"]
     if s.get("kind") == "huggingface":
         from navigator.sources.huggingface import HFSource
@@ -400,4 +412,4 @@ def prepare_in_worker(model: str, samples: Any, config: NavigatorConfig, reporte
     ws = Workspace.for_model(config.workdir, config.model_name or source.name)
     return Prepared(ws=ws, source=source, batches=batches, batch_dim=facts["batch_dim"],
                     profiles=facts["profiles"], samples_info=SamplesInfo.from_dict(facts["samples_info"]),
-                    warnings=[], reference=reference)
+                    warnings=[], reference=reference, variation=variation)

@@ -197,6 +197,8 @@ class TorchSource(Source):
                 refused[i] = " ".join(f"{type(e).__name__}: {e}".split())[:300]
             self.io.outputs = names
         reference = [by_index[i] for i in range(len(batches)) if i not in refused]
+        kept = [b for i, b in enumerate(batches) if i not in refused]
+        self.variation = ts.run_float64(self.obj, self.io, kept, reference)
         from navigator.sources.samples import samples_sha256
 
         self.reference_digest = samples_sha256(reference)

@@ -396,6 +396,53 @@ def run_reference(module, io: TorchIO, batches: list[dict], value_ranges: dict |
     return results, first
 
 
+FLOAT64_MAX_BYTES = 1 << 30    # the float64 copy of larger modules costs more memory than the floor is worth
+
+
+def run_float64(module, io: TorchIO, batches: list[dict], reference: list[dict]) -> list[dict | None] | None:
+    """The source's own variation (the floor of the fp32 tolerances): the module and its float
+    inputs in float64, outputs cast to the reference's dtypes; per batch, None where a batch fails.
+    None when the module is too large to copy or does not run in float64 (an op without a double
+    kernel): the tolerances then get no floor."""
+    import copy
+    import logging
+
+    import numpy as np
+    import torch
+
+    params = list(module.parameters()) + list(module.buffers())
+    if not params or sum(p.numel() * p.element_size() for p in params) > FLOAT64_MAX_BYTES \
+            or not all(p.dtype == torch.float32 for p in params if p.is_floating_point()):
+        return None
+    try:
+        double = copy.deepcopy(module).double()
+    except Exception:   # noqa: BLE001 - a module that does not copy: no floor
+        return None
+    out: list[dict | None] = []
+    saved = (io.outputs, io.treespec, io.memory_tree)   # run_reference names the outputs anew: keep the fp32 run's
+    try:
+        return _float64_runs(double, io, batches, reference, out)
+    finally:
+        io.outputs, io.treespec, io.memory_tree = saved
+
+
+def _float64_runs(double, io: TorchIO, batches: list[dict], reference: list[dict], out: list):
+    import logging
+
+    import numpy as np
+
+    for batch, ref in zip(batches, reference):
+        wide = {k: v.astype(np.float64) if np.asarray(v).dtype == np.float32 else v for k, v in batch.items()}
+        try:
+            (result,), _ = run_reference(double, io, [wide])
+        except Exception as e:   # noqa: BLE001
+            logging.getLogger(__name__).info("no float64 run of the source (%s: %s): no fp32 floor",
+                                             type(e).__name__, str(e)[:200])
+            return None
+        out.append({k: np.asarray(v).astype(ref[k].dtype) if k in ref else v for k, v in result.items()})
+    return out
+
+
 def user_batch_to_numpy(batch: Any, io: TorchIO, where: str) -> dict:
     from navigator.sources.samples import as_array
 
