@@ -428,17 +428,19 @@ def versions() -> dict:
 
 
 def navigator_code() -> str:
-    """Which navigator the runs import (PYTHONPATH may point at another checkout's install) and the
-    repository's commit and whether its work tree had uncommitted changes."""
+    """Which navigator the runs import (PYTHONPATH may point at an install of another commit) and, when it is
+    this checkout, the checkout's commit and whether its work tree had uncommitted changes."""
     p = subprocess.run([sys.executable, "-c", "import navigator; print(navigator.__file__)"], capture_output=True,
                        text=True, cwd="/")
     where = p.stdout.strip() or p.stderr.strip()[-200:]
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
                            capture_output=True, text=True)
-    return (f"navigator imported from {where}; repository HEAD {head.stdout.strip()}"
-            f"{' with uncommitted changes' if dirty.stdout.strip() else ' (clean)'}"
-            f"{'; PYTHONPATH=' + os.environ['PYTHONPATH'] if os.environ.get('PYTHONPATH') else ''}")
+    checkout = (f"checkout {REPO} at {head.stdout.strip()}"
+                f"{' with uncommitted changes' if dirty.stdout.strip() else ' (clean)'}")
+    if not where.startswith(str(REPO)):
+        return f"navigator imported from {where}, NOT this checkout ({checkout} at the start)"
+    return f"navigator imported from this {checkout} at the start"
 
 
 def _fmt(v) -> str:

@@ -31,5 +31,17 @@ def file_name(fmt: str) -> str:
     return registry.get(fmt).artifact
 
 
+def serving_refusal(key: str, fs) -> str | None:
+    """Why a server would not run format ``key`` (its status record ``fs``) as it was verified: a
+    runner that checks how the server runs it (RunnerSpec.serving_check: OpenVINO's default
+    precision) did not verify it. None when it did, was skipped, or there is none."""
+    for rkey, rs in fs.runners.items():
+        if registry.serving_check(fs.format, rkey) and rs.verify.status not in ("ok", "skipped"):
+            return (f"{key}: Triton would run it as {rkey} does, and that was {rs.verify.status} "
+                    f"({(rs.verify.reason or '')[:200]}); serve another format (--formats onnx) or verify with "
+                    "real samples")
+    return None
+
+
 __all__ = ["Format", "RunnerSpec", "Serving", "PYTHON", "Key", "PRECISIONS", "parse_key", "is_key",
-           "preference_rank", "get", "all_formats", "file_name", "registry"]
+           "preference_rank", "get", "all_formats", "file_name", "registry", "serving_refusal"]

@@ -54,7 +54,8 @@ FORMATS: tuple[Format, ...] = (
         # (benchmarks/results/tolerance_study.md); the scaled fp32 default covers both
         "openvino", "model.xml", companions=("model.bin",), preference=4,
         # openvino-default: the CPU plugin's own precision (bf16 on CPUs that have it), what Triton serves
-        runners={CPU: (RunnerSpec("openvino", CPU), RunnerSpec("openvino", CPU, "default")), CUDA: ()},
+        runners={CPU: (RunnerSpec("openvino", CPU), RunnerSpec("openvino", CPU, "default", serving_check=True)),
+                 CUDA: ()},
         unverifiable={CUDA: "OpenVINO runs on the CPU here (its GPU plugin targets Intel GPUs)"},
         serving=Serving("openvino", "", "model.xml", devices=("cpu",)),
         python_loader="openvino", python_packages=("openvino",), python_devices=("cpu",),

@@ -27,12 +27,16 @@ class RunnerSpec:
     """One way to run a format: ``key`` is how status.yaml names it. ``provider`` is the
     runtime's backend or variant where it has several (onnxruntime's execution provider,
     torch.compile's mode); it replaces the device in the key. An ``opt_in`` runner runs only
-    when ``--runners`` names its key (a variant too slow to build on every run)."""
+    when ``--runners`` names its key (a variant too slow to build on every run); a
+    ``serving_check`` one judges how a server runs the format (see the field)."""
 
     runner: str
     device: str
     provider: str | None = None
     opt_in: bool = field(default=False, compare=False)
+    # runs the format as a server would where the server cannot be told our settings (OpenVINO's
+    # default precision): its verdict decides whether Triton may serve the format, not the run's exit code
+    serving_check: bool = field(default=False, compare=False)
 
     @property
     def key(self) -> str:

@@ -111,6 +111,13 @@ class FormatRegistry:
         self._load()
         return self._runner_classes()
 
+    def serving_check(self, fmt: str, runner_key: str) -> bool:
+        """Whether runner ``runner_key`` of format ``fmt`` checks how a server runs it (RunnerSpec)."""
+        self._load()
+        record = self._formats.get(fmt)
+        return bool(record) and any(spec.serving_check for specs in record.runners.values() for spec in specs
+                                    if spec.key == runner_key)
+
     def runner_keys(self) -> set[str]:
         """Every runner key (``torch_compile-cudagraphs`` …) of every format on every device."""
         self._load()

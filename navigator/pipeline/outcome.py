@@ -9,10 +9,11 @@ from navigator.workspace.status import Best, RunnerUp, Status
 
 
 def select_best(st: Status, *, no_profile: bool) -> Best | None:
-    """Highest throughput among verified (format, runner); by preference with --no-profile."""
+    """Highest throughput among verified (format, runner) of formats a server runs as they were
+    verified (formats.serving_refusal); by preference with --no-profile."""
     candidates = []
     for key, fs in st.formats.items():
-        if fs.convert.status != "ok":
+        if fs.convert.status != "ok" or formats.serving_refusal(key, fs):   # best is what a server runs as verified
             continue
         for rkey, rs in fs.runners.items():
             if rs.verify.status != "ok":
@@ -94,6 +95,8 @@ def outcome_code(st: Status, requested: list[str]) -> tuple[int, list[str]]:
             failures.append(f"{key}: conversion failed: {fs.convert.reason}")
             continue
         for rkey, rs in fs.runners.items():
+            if formats.registry.serving_check(fs.format, rkey):   # decides serving (navigator triton), not the run
+                continue
             if rs.verify.status in ("failed", "inconclusive"):   # inconclusive: not verified, whatever it says
                 failures.append(f"{key} on {rkey}: verification {rs.verify.status}: {rs.verify.reason}")
     return (1 if failures else 0), failures

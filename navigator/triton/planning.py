@@ -36,16 +36,24 @@ class Emission:
 
 
 # --------------------------------------------------------------------------- choosing formats
-def select_formats(st, requested: tuple[str, ...]) -> list[str]:
+def select_formats(st, requested: tuple[str, ...], notes: list[str] | None = None) -> list[str]:
     """Format keys to serve: ``best`` (status.best), ``all`` (every verified, servable format)
-    or the given keys (each must be converted and verified)."""
+    or the given keys (each must be converted and verified, and served as verified)."""
     if requested == ("best",):
         if st.best is None:
             raise UserInputError("this workspace has no best format (nothing was verified); name one with "
                                  "--formats KEY")
+        refusal = formats_mod.serving_refusal(st.best.key, st.formats[st.best.key])
+        if refusal:
+            raise UserInputError(f"the best format, {refusal}")
         return [st.best.key]
     if requested == ("all",):
         keys = [k for k, fs in st.formats.items() if fs.verified and backends.servable(fs.format)]
+        refused = {k: formats_mod.serving_refusal(k, st.formats[k]) for k in keys}
+        for k, why in refused.items():
+            if why and notes is not None:
+                notes.append(f"left out: {why}")
+        keys = [k for k in keys if not refused[k]]
         if not keys:
             raise UserInputError("this workspace has no verified format to serve")
         return keys
@@ -60,6 +68,9 @@ def select_formats(st, requested: tuple[str, ...]) -> list[str]:
             failed = [f"{r}: {rs.verify.status}" for r, rs in fs.runners.items()]
             raise UserInputError(f"--formats: {key} was not verified ({', '.join(failed) or 'no runner'}); "
                                  "Triton would serve an unchecked model")
+        refusal = formats_mod.serving_refusal(key, fs)
+        if refusal:
+            raise UserInputError(f"--formats: {refusal}")
     return list(requested)
 
 

@@ -108,7 +108,7 @@ def _emit(ws, opts: TritonOptions, status) -> EmitResult:
         raise UserInputError(f"--repo {repo}: inside the workspace's own records; use {ws.triton_dir} or a "
                              "folder outside the workspace")
     notes: list[str] = []
-    keys = select_formats(st, opts.formats)
+    keys = select_formats(st, opts.formats, notes)
     base = triton_name(opts.model_name or st.model.name)
     use = opts.tokenizer   # by default only where it applies, around one format, with no --preprocess of the user's
     if use is None:

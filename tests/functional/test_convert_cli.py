@@ -37,8 +37,12 @@ def test_example_model_end_to_end(cli, tmp_path):
         fmt = st["formats"][key]
         assert fmt["convert"]["status"] == "ok", fmt
         for rkey, runner in fmt["runners"].items():
-            if rkey == "openvino-default" and not deps.cpu_bf16():   # the plugin's default is f32 here
-                assert runner["verify"]["status"] == "skipped" and "f32" in runner["verify"]["reason"]
+            if rkey == "openvino-default":   # how Triton serves it: the plugin's default precision
+                if not deps.cpu_bf16():      # f32 here, as openvino-cpu runs it
+                    assert runner["verify"]["status"] == "skipped" and "f32" in runner["verify"]["reason"]
+                else:                        # bf16, judged by classes: 82 generated rows cannot show 99%
+                    assert runner["verify"]["status"] == "inconclusive" and "300 or more" in runner["verify"]["reason"]
+                    assert st["best"]["key"] != "openvino"   # not served as verified: never best
                 continue
             assert runner["verify"]["status"] == "ok", runner
             assert runner["verify"]["batch_sizes"] == [1, 8]
@@ -47,11 +51,7 @@ def test_example_model_end_to_end(cli, tmp_path):
             assert set(runner["verify"]["outputs"]) == {"logits", "probs"}
             for check in runner["verify"]["outputs"].values():   # each check rejected a wrong answer
                 assert check["conclusive"] is True and check["scale"] > 0.01, check
-                if rkey == "openvino-default":   # bf16 as Triton serves it: judged by its classes
-                    assert check["mode"] == "top1" and check["measured"] >= 0.99, check
-                    assert runner["verify"]["settings"]["INFERENCE_PRECISION_HINT"] == "bf16"
-                else:
-                    assert check["atol"] == pytest.approx(check["scale"] * 3e-4)
+                assert check["atol"] == pytest.approx(check["scale"] * 3e-4)
         assert (ws / "formats" / key / "reproduce.sh").is_file()
     assert st["best"]["key"] in expected and st["best"]["basis"] == "profile"
     # samples: ids bounded by the embedding table's 1000 rows

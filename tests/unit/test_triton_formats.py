@@ -158,3 +158,35 @@ def test_a_program_exported_with_static_shapes_is_served_at_those_shapes(ws, tmp
     assert any("static shapes" in n for n in result.notes)
     with pytest.raises(UserInputError, match="static shapes"):
         emit(ws, {"repo": tmp_path / "other", "formats": "torch_export", "max_batch_size": 4})
+
+
+def test_openvino_is_served_only_as_it_was_verified_under_the_backends_default(ws, tmp_path):
+    """Triton's OpenVINO backend cannot pin f32: on a bf16 CPU it serves bf16. openvino-default
+    judges that; unless it verified the format, Triton does not serve it, best skips it, and the
+    run's exit code does not count it (openvino-cpu's verdict is the format's)."""
+    from navigator.pipeline.outcome import outcome_code, select_best
+
+    (ws / "formats" / "openvino").mkdir(parents=True)
+    (ws / "formats" / "openvino" / "model.xml").write_text("<net/>")
+    (ws / "formats" / "openvino" / "model.bin").write_bytes(b"")
+    st = status_mod.load(ws / "status.yaml")
+    default = _runner("openvino", "cpu", [(8, 5000.0)])
+    default.provider = "default"
+    default.verify = VerifyStep(status="inconclusive", reason="logits: inconclusive: only 82 rows")
+    st.formats["openvino"] = FormatStatus(format="openvino", path="formats/openvino/model.xml",
+                                          convert=ConvertStep(status="ok"),
+                                          runners={"openvino-cpu": _runner("openvino", "cpu", [(8, 9000.0)]),
+                                                   "openvino-default": default})
+    status_mod.save(st, ws / "status.yaml")
+    with pytest.raises(UserInputError, match="openvino-default does, and that was inconclusive"):
+        emit(ws, {"repo": tmp_path / "repo", "formats": "openvino"})
+    result = emit(ws, {"repo": tmp_path / "all", "formats": "all"})
+    assert "openvino" not in [m.key for m in result.models]
+    assert any(n.startswith("left out: openvino") for n in result.notes)
+    assert select_best(st, no_profile=False).key == "tensorrt"          # 9000/s on openvino-cpu is not eligible
+    assert outcome_code(st, ["openvino"]) == (0, [])
+    default.verify = VerifyStep(status="ok", settings={"INFERENCE_PRECISION_HINT": "bf16"})
+    assert select_best(st, no_profile=False).key == "openvino"
+    status_mod.save(st, ws / "status.yaml")
+    served = emit(ws, {"repo": tmp_path / "ok", "formats": "openvino"})
+    assert any("serves bf16, verified as openvino-default (ok)" in n for n in served.notes)
