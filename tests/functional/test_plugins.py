@@ -138,7 +138,9 @@ def test_default_reference_is_recorded(tmp_path, onnx_model):
     result = navigator.convert(onnx_model("foldable_mlp"), workdir=tmp_path, no_profile=True, device="cpu",
                                targets=["onnx"])
     assert result.status.samples.reference == {"key": "onnx", "runner": "onnxruntime-cpu",
-                                               "options": {"graph_optimization_level": "disabled"}}
+                                               "options": {"graph_optimization_level": "disabled"},
+                                               "variation": {"runner": "onnxruntime-cpu",
+                                                             "options": {"graph_optimization_level": "all"}}}
 
 
 def test_converter_defined_in_the_users_script_runs_in_process(tmp_path, onnx_model):
