@@ -70,7 +70,7 @@ def _detection_axis(arrays, batch_dim: int | None) -> int | None:
     for axis in (1, 2):
         other = 3 - axis
         k = a0.shape[axis]
-        if not 5 <= k <= 1024 or a0.shape[other] < k:
+        if not 5 <= k <= 1024 or any(a.ndim != 3 or a.shape[axis] != k or a.shape[other] < k for a in arrays):
             continue
         boxes = [np.take(a, range(4), axis=axis) for a in arrays]
         scores = [np.take(a, range(4, k), axis=axis) for a in arrays]

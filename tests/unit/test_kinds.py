@@ -167,3 +167,11 @@ def test_verdict_names_the_failing_slice():
     c = check("output0", ref, zeroed)
     v = verdict({"output0": c.to_dict()})
     assert v["status"] == "failed" and "4:22" in v["reason"]
+
+
+def test_samples_of_other_shapes_are_no_detector_head():
+    """A language model's [B, seq, vocab] logits at a profile corner of seq 1: the samples disagree
+    along the axis a head would slice (an IndexError before)."""
+    logits = [RNG.normal(size=(2, 8, 50)).astype(np.float32), RNG.normal(size=(1, 1, 50)).astype(np.float32)]
+    assert kinds.infer("logits", logits, 0).kind == "logits"
+    assert kinds.slice_groups(logits, 0, kinds.Kind("logits", 2)) is None
