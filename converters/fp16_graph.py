@@ -16,6 +16,10 @@ from __future__ import annotations
 
 FLOAT, FLOAT16 = 1, 10           # onnx.TensorProto.FLOAT / FLOAT16
 _SUBGRAPH_OPS = ("If", "Loop", "Scan", "SequenceMap")
+# ops whose output type an attribute sets, not a type parameter: kept fp32 (Cast keeps its ``to``);
+# ConstantOfShape converts with its ``value`` (YOLOv8's anchor grid: ConstantOfShape -> Add)
+_ATTRIBUTE_TYPED = ("Cast", "Constant", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                    "EyeLike", "Bernoulli", "Multinomial")
 
 
 def _opset(model, domain: str = "") -> int:
@@ -81,13 +85,21 @@ def convert(model, *, op_block_list=(), node_block_list=(), keep_io_types: bool 
     new_type = dict(types)
     converted = 0
     for k, node in enumerate(graph.node):
-        if node.op_type in ("Cast", "Constant") or node.op_type in blocked_ops or node.name in blocked_nodes:
+        if node.op_type in _ATTRIBUTE_TYPED or node.op_type in blocked_ops or node.name in blocked_nodes:
             continue
         schema = _schema(node, version)
         params = _float16_params(schema, node, types) if schema is not None else None
         if not params:
             continue
         converted += 1
+        if node.op_type == "ConstantOfShape":   # its output's type is its value's (float32 0 when absent)
+            value = next((a for a in node.attribute if a.name == "value"), None)
+            if value is None:
+                node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(
+                    np.zeros(1, np.float16))))
+            elif value.t.data_type == FLOAT:
+                value.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(value.t).astype(np.float16),
+                                                         value.t.name))
         for i, name in enumerate(node.input):
             formal = _formal(schema.inputs, i)
             if name and formal is not None and formal.type_str in params and types.get(name) == FLOAT:

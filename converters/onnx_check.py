@@ -191,7 +191,7 @@ _PRECISION_TYPES = {"fp16": ("FLOAT16",), "bf16": ("BFLOAT16",), "int8": ("INT8"
                     "fp8": ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ")}
 _COMPUTE_OPS = {"Conv", "ConvTranspose", "MatMul", "Gemm", "MatMulInteger", "ConvInteger", "QLinearConv",
                 "QLinearMatMul"}
-_PASS_THROUGH = {"DequantizeLinear", "Cast", "Transpose", "Reshape", "Identity"}   # weight -> op, value unchanged
+_PASS_THROUGH = {"DequantizeLinear", "QuantizeLinear", "Cast", "Transpose", "Reshape", "Identity"}   # weight -> op
 
 
 def _graphs(graph):
@@ -233,13 +233,20 @@ def precision_share(path, precision: str) -> float | None:
             if node.op_type not in _COMPUTE_OPS:
                 continue
             for name in node.input:
+                # the weight as the op computes with it: a QuantizeLinear or a Cast to the precision on the
+                # way quantizes an fp32 initializer at load (ORT's QDQ of some graphs; TensorRT's explicit form)
+                converted = False
                 while name not in tensors and name in producer and producer[name].op_type in _PASS_THROUGH:
-                    name = producer[name].input[0]
+                    step = producer[name]
+                    converted |= step.op_type == "QuantizeLinear" and precision == "int8" or (
+                        step.op_type == "Cast" and TensorProto.DataType.Name(
+                            next((a.i for a in step.attribute if a.name == "to"), 0)) in wanted)
+                    name = step.input[0]
                 t = tensors.get(name)
                 if t is None or name in seen or not t.dims:
                     continue
                 seen.add(name)
                 size = math.prod(t.dims) * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
                 total += size
-                held += size if TensorProto.DataType.Name(t.data_type) in wanted else 0
+                held += size if converted or TensorProto.DataType.Name(t.data_type) in wanted else 0
     return held / total if total else None

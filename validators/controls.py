@@ -81,25 +81,33 @@ def mismatches(rule, out, ref):
 TOP1_NOTE = {"probabilities": ", or moved the reference class's probability by more than 0.1"}
 
 
-def top1_rows(out, ref, kind) -> tuple[int, int]:
+def top1_rows(out, ref, kind, batch_dim: int | None = None) -> tuple[int, int]:
     """(rows that agree, rows) along the kind's class axis: the same arg-max and, for
     probabilities, the reference class's probability within 0.1 (a cat must not become another
-    class, nor a confident answer a guess)."""
+    class, nor a confident answer a guess). With a batch dim and more positions than one per
+    entry (a sequence's [B, T, C]: a recognizer's characters, a tagger's tokens), a row is a batch
+    entry, agreeing when all its positions do: one changed character changes the string."""
     import numpy as np
 
     from navigator.validators.kinds import SCORE_DELTA
 
-    axis = kind.axis if kind is not None and kind.axis is not None else np.ndim(ref) - 1
-    o = np.moveaxis(np.asarray(out, dtype=np.float64), axis, -1).reshape(-1, np.shape(ref)[axis])
-    r = np.moveaxis(np.asarray(ref, dtype=np.float64), axis, -1).reshape(-1, np.shape(ref)[axis])
-    if not r.size:
+    ref = np.asarray(ref, dtype=np.float64)
+    axis = kind.axis if kind is not None and kind.axis is not None else ref.ndim - 1
+    axis %= max(ref.ndim, 1)
+    if not ref.size:
         return 0, 0
-    best = r.argmax(axis=1)
-    agree = o.argmax(axis=1) == best
+    o = np.moveaxis(np.asarray(out, dtype=np.float64), axis, -1)
+    r = np.moveaxis(ref, axis, -1)
+    best = r.argmax(axis=-1)
+    agree = o.argmax(axis=-1) == best
     if kind is not None and kind.kind == "probabilities":
-        rows = np.arange(r.shape[0])
-        agree &= np.abs(o[rows, best] - r[rows, best]) <= SCORE_DELTA
-    return int(agree.sum()), int(r.shape[0])
+        picked = np.take_along_axis(o, best[..., None], -1)[..., 0] - np.take_along_axis(r, best[..., None], -1)[..., 0]
+        agree &= np.abs(picked) <= SCORE_DELTA
+    entries = batch_dim is not None and batch_dim != axis and agree.ndim >= 2
+    if entries:   # the batch dim keeps its place unless it came after the class axis
+        b = batch_dim if batch_dim < axis else batch_dim - 1
+        agree = np.moveaxis(agree, b, 0).reshape(agree.shape[b], -1).all(axis=1)
+    return int(agree.sum()), int(agree.size)
 
 
 def cosine(out, ref, batch_dim: int | None = None) -> float:
@@ -179,8 +187,12 @@ def accepted(rule, candidate, ref, *, allow_nan: bool = False, error_stat: str =
         rows = batch_dim if kind is not None else None
         return cosine(candidate, ref, rows) >= (rule.threshold if rule.threshold is not None else 1.0)
     if mode == "top1":
-        agree, rows = top1_rows(candidate, ref, kind)
+        agree, rows = top1_rows(candidate, ref, kind, batch_dim)
         return rows == 0 or agree / rows >= (rule.threshold or 0.0)
+    if mode == "mask":
+        from navigator.validators import kinds
+
+        return kinds.mask_iou(kinds.mask_counts(candidate, ref)) >= (rule.threshold or 0.0)
     if mode == "detections":
         from navigator.validators import kinds
 
@@ -258,12 +270,12 @@ def rows_needed(threshold: float) -> int:
 def too_few(rule, counted: int | None) -> str | None:
     """Why a passing rate-based check (top1, detections) proves nothing yet: it counted fewer rows
     than its budget needs (:func:`rows_needed`); None when it counted enough."""
-    if counted is None or rule.mode not in ("top1", "detections") or rule.threshold is None:
+    if counted is None or rule.mode not in ("top1", "detections", "mask") or rule.threshold is None:
         return None
     need = rows_needed(rule.threshold)
     if counted >= need:
         return None
-    what = "rows" if rule.mode == "top1" else "reference detections"
+    what = {"top1": "rows", "detections": "reference detections", "mask": "elements in the masks"}[rule.mode]
     return (f"only {counted} {what}: a {rule.mode} budget of {rule.threshold:g} is shown on {need} or more "
             f"(with none wrong among n, the 95% bound on the wrong rate is 3/n)")
 
@@ -274,10 +286,10 @@ def cure(name: str, rule, samples_given: bool = False) -> str:
     from navigator.specs import format_name
 
     n = format_name(name)
-    if rule.mode in ("top1", "detections") and rule.threshold is not None:
-        more = (f"give more real samples ({rows_needed(rule.threshold)} or more "
-                f"{'rows' if rule.mode == 'top1' else 'reference detections'}), or a budget this data can show "
-                f"(--compare {n}:{rule.mode}=0.9)")
+    if rule.mode in ("top1", "detections", "mask") and rule.threshold is not None:
+        what = {"top1": "rows", "detections": "reference detections", "mask": "elements in the masks"}[rule.mode]
+        more = (f"give more real samples ({rows_needed(rule.threshold)} or more {what}), or a budget this data "
+                f"can show (--compare {n}:{rule.mode}=0.9)")
         return more if samples_given else f"verify with real inputs (--samples DIR): {more}"
     data = ("use samples on which this output varies and is not near zero (a detector's samples need objects in "
             "them)" if samples_given else "verify with trained weights or real inputs (--samples DIR)")

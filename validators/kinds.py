@@ -294,3 +294,24 @@ def f1(matched: int, extra: int, missed: int) -> float:
     """F1 of the detections; 1.0 when neither side found anything."""
     total = 2 * matched + extra + missed
     return 1.0 if total == 0 else 2 * matched / total
+
+
+MASK_THRESHOLDS = (0.3, 0.5, 0.7)   # the decisions a score map is read at (PP-OCR's text detector binarizes at 0.3)
+
+
+def mask_counts(out, ref) -> list[tuple[int, int]]:
+    """Per threshold of :data:`MASK_THRESHOLDS`: (intersection, union) of the elements at or above it."""
+    import numpy as np
+
+    o, r = np.asarray(out, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+    counts = []
+    for t in MASK_THRESHOLDS:
+        a, b = o >= t, r >= t
+        counts.append((int((a & b).sum()), int((a | b).sum())))
+    return counts
+
+
+def mask_iou(counts) -> float:
+    """The worst IoU over the thresholds (1.0 where neither side reaches a threshold)."""
+    return min((i / u for i, u in counts if u), default=1.0)
+

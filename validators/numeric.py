@@ -54,6 +54,7 @@ class Accumulator:
             self.check.max_abs = self.check.max_rel = self.check.min_atol = self.check.min_rtol = 0.0
         self._mismatch = [0, 0]          # mismatch_fraction: elements; top1: rows (agreeing, all)
         self._detections = [0, 0, 0]     # detections: matched, extra, missed
+        self._masks = [[0, 0] for _ in range(3)]   # mask: (intersection, union) per threshold
         self._cosine: float | None = None
         self._controls = controls.Tally()
 
@@ -90,11 +91,20 @@ class Accumulator:
                                                               kind=self.kind))
                                      for name, cand in candidates])
         if rule.mode == "top1":
-            agree, rows = controls.top1_rows(out, ref, self.kind)
+            agree, rows = controls.top1_rows(out, ref, self.kind, self.batch_dim)
             self._mismatch[0] += agree
             self._mismatch[1] += rows
             c.measured = self._mismatch[0] / max(1, self._mismatch[1])
             self._stats(out, ref)      # the verdict is taken over every comparison, in result()
+            return
+        if rule.mode == "mask":
+            from navigator.validators import kinds
+
+            for i, (inter, union) in enumerate(kinds.mask_counts(out, ref)):
+                self._masks[i][0] += inter
+                self._masks[i][1] += union
+            c.measured = kinds.mask_iou(self._masks)
+            self._stats(out, ref)
             return
         if rule.mode == "detections":
             from navigator.validators import kinds
@@ -190,7 +200,11 @@ class Accumulator:
                           f"{self._mismatch[1]} elements)")
         if rule.mode == "top1" and c.measured is not None and c.measured < (rule.threshold or 0.0):
             self.fail(f"top-1 agreement {c.measured:.4g} < {rule.threshold:g} ({self._mismatch[1] - self._mismatch[0]} "
-                      f"of {self._mismatch[1]} rows changed their class{controls.TOP1_NOTE.get(self._kind_name, '')})")
+                      f"of {self._mismatch[1]} rows changed their class{controls.TOP1_NOTE.get(self._kind_name, '')}; "
+                      "a row is a batch entry, all of its positions)")
+        if rule.mode == "mask" and c.measured is not None and c.measured < (rule.threshold or 0.0):
+            self.fail(f"mask IoU {c.measured:.4g} < {rule.threshold:g} (the elements at or above 0.3 / 0.5 / 0.7, "
+                      f"the worst of the three)")
         if rule.mode == "detections" and c.measured is not None and c.measured < (rule.threshold or 0.0):
             m, extra, missed = self._detections
             self.fail(f"detections F1 {c.measured:.4g} < {rule.threshold:g} ({m} of {m + missed} reference "
@@ -219,6 +233,8 @@ class Accumulator:
             return self._mismatch[1]
         if self.rule.mode == "detections":
             return self._detections[0] + self._detections[2]
+        if self.rule.mode == "mask":
+            return min(u for _, u in self._masks)
         return None
 
     @property

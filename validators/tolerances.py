@@ -65,12 +65,13 @@ DEVICE_FLOOR: dict[tuple[str, str], tuple[float, float]] = {
 # agreement / F1 / cosine that passes). Other outputs keep TABLE's tolerance (fp16, bf16) or the
 # quantized rule (int8, fp8).
 TASK: dict[str, dict[str, float]] = {
-    "fp16": {"top1": 0.99, "detections": 0.95, "cosine": 0.999},
-    "bf16": {"top1": 0.99, "detections": 0.95, "cosine": 0.999},
-    "int8": {"top1": 0.99, "detections": 0.95, "cosine": 0.99},
-    "fp8": {"top1": 0.99, "detections": 0.95, "cosine": 0.99},
+    "fp16": {"top1": 0.99, "detections": 0.95, "cosine": 0.999, "mask": 0.95},
+    "bf16": {"top1": 0.99, "detections": 0.95, "cosine": 0.999, "mask": 0.95},
+    "int8": {"top1": 0.99, "detections": 0.95, "cosine": 0.99, "mask": 0.95},
+    "fp8": {"top1": 0.99, "detections": 0.95, "cosine": 0.99, "mask": 0.95},
 }
-TASK_MODE = {"probabilities": "top1", "logits": "top1", "detections": "detections", "embedding": "cosine"}
+TASK_MODE = {"probabilities": "top1", "logits": "top1", "detections": "detections", "embedding": "cosine",
+             "scores": "mask"}
 
 # fp32 is never held below the source's own legitimate variation: the reference against the same
 # source run the way the runners run it (onnxruntime with its graph optimisations on; a PyTorch
@@ -88,6 +89,7 @@ MODES: dict[str, tuple[float, float] | None] = {
     "quantized": (0.0, 1.0),
     "top1": (0.0, 1.0),
     "detections": (0.0, 1.0),
+    "mask": (0.0, 1.0),
 }
 
 ROBUST_QUANTILE = 99.0    # the scale: this percentile of |reference| (max when it is 0)

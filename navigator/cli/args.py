@@ -79,11 +79,11 @@ class VerifyArgs(ArgGroup):
         g.add_argument("--rtol", metavar="[NAME:]V,…", help="relative tolerance, per output or for all")
         g.add_argument("--compare", metavar="NAME:MODE[=V],…",
                        help="tolerance | exact | mismatch_fraction=P | cosine=X | quantized=E | top1=A | "
-                            "detections=F1 | skip, per output ('*' = all)")
+                            "detections=F1 | mask=IOU | skip, per output ('*' = all)")
         g.add_argument("--output-kinds", metavar="NAME:KIND,…",
                        help="what an output is, when its values do not say: probabilities | scores | detections | "
                             "logits | embedding | tensor (inferred by default; lossy precisions are judged by "
-                            "kind: top-1 agreement, detections F1, row cosine)")
+                            "kind: top-1 agreement, detections F1, row cosine, score-map IoU)")
         g.add_argument("--error-stat", choices=["elemwise", "max", "mean", "median", "quantile"],
                        help="statistic the tolerance applies to (default elemwise)")
         g.add_argument("--allow-nan", action="store_true", help="NaN passes where the reference has NaN")

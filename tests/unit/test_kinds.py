@@ -175,3 +175,33 @@ def test_samples_of_other_shapes_are_no_detector_head():
     logits = [RNG.normal(size=(2, 8, 50)).astype(np.float32), RNG.normal(size=(1, 1, 50)).astype(np.float32)]
     assert kinds.infer("logits", logits, 0).kind == "logits"
     assert kinds.slice_groups(logits, 0, kinds.Kind("logits", 2)) is None
+
+
+def test_a_sequence_agrees_only_when_all_its_positions_do():
+    """PP-OCR's recognizer [B, T, 6625]: 99% of positions agreeing let 2% of strings change; a row
+    is a batch entry (a string), agreeing when every character does."""
+    ref = peaked_softmax(rows=(320, 40), classes=50)
+    out = ref.copy()
+    out[:16, 5] = out[:16, 5, ::-1]                 # one character of 5% of the strings
+    from navigator.validators import controls
+
+    assert controls.top1_rows(out, ref, kinds.Kind("probabilities", 2), 0) == (304, 320)
+    assert controls.top1_rows(out, ref, kinds.Kind("probabilities", 2), None)[1] == 320 * 40
+    c = check("probs", ref, out, precision="fp16")
+    assert not c.passed and "304" not in c.reason and "16 of 320 rows" in c.reason, c.reason
+
+
+def test_a_lossy_score_map_is_judged_by_its_decisions():
+    """PP-OCR's text detector (a sigmoid map): int8 passed the quantized rule (relative L2 0.32 <=
+    0.4) while the text regions it binarizes changed (mask IoU 0.86 on held-out pages). At a lossy
+    precision a score map is judged by the IoU of its elements at or above 0.3, 0.5 and 0.7."""
+    ref = np.zeros((2, 1, 64, 64), np.float32)
+    ref[:, :, 10:30, 10:50] = 0.9
+    ref[1, :, 40:60, 5:20] = 0.8
+    near = np.clip(ref + RNG.normal(0, 0.01, ref.shape).astype(np.float32), 0, 1)
+    c = check("map", ref, near, precision="int8")
+    assert c.kind == "scores" and c.mode == "mask" and c.passed and c.conclusive, c
+    shrunk = ref.copy()
+    shrunk[:, :, 10:30, 40:50] = 0.2                 # a quarter of the text region lost
+    c = check("map", ref, shrunk, precision="int8")
+    assert not c.passed and "mask IoU 0.7" in c.reason, c.reason
