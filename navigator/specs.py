@@ -91,8 +91,9 @@ _USAGE = {
     "dtypes": "expected NAME:DTYPE, e.g. ids:int32,x:float16",
     "compare": (
         "expected NAME:MODE[=VALUE], e.g. logits:tolerance,idx:mismatch_fraction=0.01; "
-        "modes: tolerance, exact, skip, mismatch_fraction=F, cosine=F, quantized=F"
+        "modes: tolerance, exact, skip, mismatch_fraction=F, cosine=F, quantized=F, top1=F, detections=F, mask=F"
     ),
+    "output_kinds": "expected NAME:KIND, e.g. probs:probabilities,output0:detections",
     "tolerance": "expected NUMBER or NAME:NUMBER, e.g. 1e-4,logits:1e-3",
     "batch_sizes": "expected positive integers, e.g. 1,2,4",
 }

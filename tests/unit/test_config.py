@@ -202,3 +202,16 @@ def test_resolved_defaults():
 def test_to_dict_lists():
     d = from_mapping({"targets": "onnx", "verify_batch_sizes": "1,2"}).to_dict()
     assert d["targets"] == ["onnx"] and d["verify_batch_sizes"] == [1, 2] and d["atol"] is None
+
+
+def test_output_kinds_parse_from_the_flag_and_a_mapping_and_refuse_unknown_kinds():
+    from navigator.config import from_mapping
+    from navigator.errors import UserInputError
+
+    assert from_mapping({"output_kinds": "probs:probabilities,output0:detections"}).output_kinds == {
+        "probs": "probabilities", "output0": "detections"}
+    assert from_mapping({"output_kinds": {"emb": "Embedding"}}).output_kinds == {"emb": "embedding"}
+    with pytest.raises(UserInputError, match="unknown output kind 'boxes'.*probabilities"):
+        from_mapping({"output_kinds": "out:boxes"})
+    with pytest.raises(UserInputError, match="output_kinds: expected"):
+        from_mapping({"output_kinds": ["probs"]})
