@@ -84,9 +84,10 @@ TOP1_NOTE = {"probabilities": ", or moved the reference class's probability by m
 def top1_rows(out, ref, kind, batch_dim: int | None = None) -> tuple[int, int]:
     """(rows that agree, rows) along the kind's class axis: the same arg-max and, for
     probabilities, the reference class's probability within 0.1 (a cat must not become another
-    class, nor a confident answer a guess). With a batch dim and more positions than one per
-    entry (a sequence's [B, T, C]: a recognizer's characters, a tagger's tokens), a row is a batch
-    entry, agreeing when all its positions do: one changed character changes the string."""
+    class, nor a confident answer a guess). A sequence's ``[B, T, C]`` (a recognizer's characters, a
+    tagger's tokens; the class axis last) counts a row per batch entry, agreeing when all its
+    positions do: one changed character changes the string. A dense map's (``[B, C, H, W]``) rows
+    are its positions."""
     import numpy as np
 
     from navigator.validators.kinds import SCORE_DELTA
@@ -103,7 +104,8 @@ def top1_rows(out, ref, kind, batch_dim: int | None = None) -> tuple[int, int]:
     if kind is not None and kind.kind == "probabilities":
         picked = np.take_along_axis(o, best[..., None], -1)[..., 0] - np.take_along_axis(r, best[..., None], -1)[..., 0]
         agree &= np.abs(picked) <= SCORE_DELTA
-    entries = batch_dim is not None and batch_dim != axis and agree.ndim >= 2
+    # a sequence [B, T, C] (class axis last) is judged per entry; a dense map [B, C, H, W] per position
+    entries = batch_dim is not None and batch_dim != axis and agree.ndim == 2 and axis == ref.ndim - 1
     if entries:   # the batch dim keeps its place unless it came after the class axis
         b = batch_dim if batch_dim < axis else batch_dim - 1
         agree = np.moveaxis(agree, b, 0).reshape(agree.shape[b], -1).all(axis=1)

@@ -146,8 +146,8 @@ def slice_groups(arrays, batch_dim: int | None, kind: Kind) -> tuple[int, list[l
     import numpy as np
 
     floats = _floats(arrays)
-    if not floats or any(a.dtype.kind != "f" for a in floats):
-        return None
+    if not floats or any(a.dtype.kind != "f" for a in floats) or kind.kind in ("probabilities", "scores"):
+        return None   # values in [0, 1] share one unit scale: a rare class is not another magnitude
     if kind.kind == "detections" and kind.axis is not None:
         k = floats[0].shape[kind.axis]
         return kind.axis, [list(range(kind.boxes or 4)), list(range(kind.boxes or 4, k))]

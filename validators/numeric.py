@@ -200,8 +200,7 @@ class Accumulator:
                           f"{self._mismatch[1]} elements)")
         if rule.mode == "top1" and c.measured is not None and c.measured < (rule.threshold or 0.0):
             self.fail(f"top-1 agreement {c.measured:.4g} < {rule.threshold:g} ({self._mismatch[1] - self._mismatch[0]} "
-                      f"of {self._mismatch[1]} rows changed their class{controls.TOP1_NOTE.get(self._kind_name, '')}; "
-                      "a row is a batch entry, all of its positions)")
+                      f"of {self._mismatch[1]} rows changed their class{controls.TOP1_NOTE.get(self._kind_name, '')})")
         if rule.mode == "mask" and c.measured is not None and c.measured < (rule.threshold or 0.0):
             self.fail(f"mask IoU {c.measured:.4g} < {rule.threshold:g} (the elements at or above 0.3 / 0.5 / 0.7, "
                       f"the worst of the three)")

@@ -205,3 +205,21 @@ def test_a_lossy_score_map_is_judged_by_its_decisions():
     shrunk[:, :, 10:30, 40:50] = 0.2                 # a quarter of the text region lost
     c = check("map", ref, shrunk, precision="int8")
     assert not c.passed and "mask IoU 0.7" in c.reason, c.reason
+
+
+def test_a_softmax_with_rare_classes_is_one_scale_and_a_dense_map_counts_positions():
+    """magika's 214 classes: a class seen nowhere has probabilities ~1e-6 beside ~0.9 ones; split by
+    magnitude, fp32 noise of 2e-5 on the rare ones failed every copy. A detector's face map
+    [B, 2, H, W] (MTCNN's PNet) counts its positions as rows, not whole images."""
+    logits = RNG.normal(0, 1, (64, 214))
+    logits[:, :20] += 10.0
+    probs = (np.exp(logits) / np.exp(logits).sum(1, keepdims=True)).astype(np.float32)
+    kind = kinds.infer("target_label", [probs], 0)
+    assert kinds.slice_groups([probs], 0, kind) is None
+    c = check("target_label", probs, probs + RNG.normal(0, 2e-7, probs.shape).astype(np.float32))
+    assert c.passed and c.slices is None, c
+    from navigator.validators import controls
+
+    face = RNG.uniform(0, 1, (4, 1, 6, 6))
+    maps = np.concatenate([face, 1 - face], axis=1)
+    assert controls.top1_rows(maps, maps, kinds.Kind("probabilities", 1), 0) == (144, 144)
