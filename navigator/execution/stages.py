@@ -85,15 +85,26 @@ def run_variation(ws, task: Task, live: Any = None) -> None:
     from navigator import runners
     from navigator.workspace import npz
 
+    from navigator.execution.profiling import batch_of
+
     spec = task.variation_runner
     shutil.rmtree(ws.variation_dir, ignore_errors=True)
     options = dict(spec.options) | ({"live": live} if live is not None else {})
     inverse = {v: k for k, v in task.io_names.items()}
+    verify = task.verify   # the batch sizes formats are verified at: the variation is measured there too
     try:
         with runners.create(spec.spec(), ws.abs(task.artifact), **options) as runner:
             for path in ws.input_files():
-                npz.save(ws.variation_file(path.stem), rename(runner.infer(rename(npz.load(path), task.io_names)),
-                                                              inverse))
+                sample = npz.load(path)
+                npz.save(ws.variation_file(path.stem), rename(runner.infer(rename(sample, task.io_names)), inverse))
+                if verify is None or verify.batch_dim is None or path.stem in verify.corners:
+                    continue
+                full = next(iter(sample.values())).shape[verify.batch_dim]
+                for size in verify.batch_sizes:
+                    if size != full:
+                        feeds = batch_of(sample, verify.batch_dim, size)
+                        npz.save(ws.variation_file(f"{path.stem}-bs{size}"),
+                                 rename(runner.infer(rename(feeds, task.io_names)), inverse))
     except Exception as e:   # noqa: BLE001 - a floor is a refinement; the reference stands without it
         log.warning("variation with %s: %s (the fp32 tolerances get no floor)", spec.key,
                     " ".join(f"{type(e).__name__}: {e}".split())[:300])
@@ -200,7 +211,8 @@ def run_verify(ws, task: Task, spec: RunnerTask, io_names: dict, live: Any = Non
         samples = {k: v for k, v in samples.items() if k in verify.held_out}
         paths = [p for p in paths if p.stem in samples]
     references = {p.stem: npz.load(ws.reference_file(p.stem)) for p in paths}
-    variations = {p.stem: npz.load(ws.variation_file(p.stem)) for p in paths if ws.variation_file(p.stem).is_file()}
+    variations = {p.stem: npz.load(p) for p in sorted(ws.variation_dir.glob("*.npz"))
+                  if p.stem.split("-bs")[0] in references}
     accs = _accumulators(verify, references, variations, rules=spec.rules)
     sizes_used: set[int] = set()
 
@@ -277,9 +289,8 @@ def _accumulators(verify, references: dict, variations: dict | None = None, rule
         declared = verify.kinds.get(name) or ("detections" if rule.mode == "detections" else None)
         kind = kinds.infer(name, arrays, verify.batch_dim, declared)
         rule = rule.for_kind(kind.kind)
-        pairs = [(np.asarray(variations[stem][name]), np.asarray(references[stem][name]))
-                 for stem in (variations or {}) if stem in references and name in variations[stem]
-                 and np.shape(variations[stem][name]) == np.shape(references[stem][name])]
+        pairs = [pair for stem, var in (variations or {}).items() if name in var
+                 for pair in [_variation_pair(var[name], references, stem, name, verify.batch_dim)] if pair]
 
         def make(arrays, select=None, pairs=pairs):
             unit = all(float(np.min(a)) >= 0 and float(np.max(a)) <= 1 for a in arrays if np.size(a))
@@ -308,6 +319,26 @@ def _accumulators(verify, references: dict, variations: dict | None = None, rule
                   [(np.take(v, idx, axis=axis), np.take(r, idx, axis=axis)) for v, r in pairs]))
             for idx in parts], kind=kind)
     return accs
+
+
+def _variation_pair(variation, references: dict, stem: str, name: str, batch_dim: int | None):
+    """(the source's variation, the reference it varies from) for one stored variation file: ``000``
+    at the sample's own batch, ``000-bs1`` at another batch size against the reference cut to it;
+    None when they do not line up."""
+    import numpy as np
+
+    from navigator.execution.profiling import batch_of
+
+    base, _, size = stem.partition("-bs")
+    if base not in references or name not in references[base]:
+        return None
+    ref = np.asarray(references[base][name])
+    if size:
+        if batch_dim is None or ref.ndim <= batch_dim:
+            return None
+        ref = batch_of({name: ref}, batch_dim, int(size))[name]
+    variation = np.asarray(variation)
+    return (variation, ref) if variation.shape == ref.shape else None
 
 
 def _finite_max(a) -> float:

@@ -124,6 +124,7 @@ def reference_task(ctx: RunContext, artifact: str, runner: RunnerTask, *, io_nam
     return Task(kind="reference", key="reference", artifact=artifact, io_names=dict(io_names or {}),
                 reference_runner=RunnerTask.from_dict(runner.to_dict()),
                 variation_runner=RunnerTask.from_dict(variation.to_dict()) if variation else None,
+                verify=verify_spec(ctx, ctx.source.key) if variation else None,   # the sizes to vary at
                 optional=[f"{i:03d}" for i in ctx.status.samples.corners])
 
 
