@@ -508,7 +508,7 @@ def classify(row: dict) -> str:
     within = m.get("within") if m else None
     if row.get("cross_check"):
         return "cross-check"
-    if m is None or row.get("verify") is None or str(row.get("verify")).startswith("convert"):
+    if m is None or row.get("verify") in (None, "skipped") or str(row.get("verify")).startswith("convert"):
         return "none"
     if row.get("verify") == "inconclusive":
         return "inconclusive"

@@ -50,4 +50,14 @@ def test_trained_models_get_true_verdicts_on_held_out_inputs(tmp_path):
                 wrong.append(f"{result['model']} {row['format']} {row['runner']}: {trained.classify(row)} "
                              f"({row.get('verify')}; {row.get('task')})")
     assert not wrong, "\n".join(wrong)
-    assert seen == expected, (seen, expected)
+    assert set(seen) == set(expected), (sorted(seen), sorted(expected))
+    # fp32 copies get the same verdict on every CPU; a lossy row's may move between failed and
+    # inconclusive with the CPU's int8/bf16 kernels (VNNI, AMX), and openvino-default is skipped on a
+    # CPU without bf16 (its default is f32 there): for them the invariants above are the test
+    lossy = ("-fp16", "-int8", "openvino-default")
+    fp32 = {k: v for k, v in expected.items() if not any(x in k for x in lossy)}
+    assert {k: seen[k] for k in fp32} == fp32
+    from navigator import deps
+
+    if not deps.cpu_bf16():
+        assert {v for k, v in seen.items() if k.endswith("openvino-default")} == {"skipped"}
