@@ -109,11 +109,18 @@ def convert(model, *, op_block_list=(), node_block_list=(), keep_io_types: bool 
             if name and formal is not None and formal.type_str in params and types.get(name) == FLOAT:
                 new_type[name] = FLOAT16
 
-    # 2. constants (initializers, Constant nodes) every consumer wants in fp16 become fp16
+    # 2. constants (initializers, Constant nodes) every consumer wants in fp16 become fp16; a value a
+    # subgraph reads from this scope (an If body's) is consumed in fp32, the subgraph staying fp32
     consumers: dict[str, list[tuple[int, int]]] = {}
+    outer_reads: dict[int, set[str]] = {}
     for k, node in enumerate(graph.node):
         for i, name in enumerate(node.input):
             consumers.setdefault(name, []).append((k, i))
+        reads = {n for sub in _subgraphs(node) for n in _outer_names(sub)}
+        if reads:
+            outer_reads[k] = reads
+            for name in reads:
+                consumers.setdefault(name, []).append((k, -1))   # wants stays unset: fp32
     outputs = {o.name for o in graph.output}
 
     def half(array):
@@ -172,6 +179,17 @@ def convert(model, *, op_block_list=(), node_block_list=(), keep_io_types: bool 
 
     # 4. a Cast on every edge whose value's type is not what its consumer wants
     casts: dict[tuple[str, int], str] = {}
+    for k, reads in outer_reads.items():   # an fp16 value a subgraph reads: cast back, renamed inside
+        renames = {}
+        for name in sorted(reads):
+            if new_type.get(name) == FLOAT16 and types.get(name) == FLOAT:
+                if (name, FLOAT) not in casts:
+                    casts[(name, FLOAT)] = fresh(f"{name}__fp32")
+                    added.append((k, helper.make_node("Cast", [name], [casts[(name, FLOAT)]], to=FLOAT,
+                                                      name=f"cast_{casts[(name, FLOAT)]}")))
+                renames[name] = casts[(name, FLOAT)]
+        for sub in _subgraphs(graph.node[k]):
+            _rename_reads(sub, renames)
     for k, node in enumerate(graph.node):
         for i, name in enumerate(node.input):
             if not name:
@@ -190,3 +208,46 @@ def convert(model, *, op_block_list=(), node_block_list=(), keep_io_types: bool 
     graph.node.extend(nodes)
     del graph.value_info[:]          # recomputed by the checker's shape inference
     return model, converted, len(added)
+
+
+def _subgraphs(node) -> list:
+    """The graphs a node holds (If's branches, Loop's and Scan's bodies)."""
+    from onnx import AttributeProto
+
+    out = []
+    for attr in node.attribute:
+        if attr.type == AttributeProto.GRAPH:
+            out.append(attr.g)
+        elif attr.type == AttributeProto.GRAPHS:
+            out.extend(attr.graphs)
+    return out
+
+
+def _outer_names(graph) -> set[str]:
+    """Names a subgraph (and the subgraphs inside it) reads from the scope around it."""
+    local = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    local |= {o for node in graph.node for o in node.output}
+    reads = set()
+    for node in graph.node:
+        reads |= {n for n in node.input if n}
+        for sub in _subgraphs(node):
+            reads |= _outer_names(sub)
+    reads |= {o.name for o in graph.output}
+    return reads - local
+
+
+def _rename_reads(graph, renames: dict[str, str]) -> None:
+    """Point a subgraph's reads of outer values at their casts (the subgraph's own names untouched)."""
+    if not renames:
+        return
+    local = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    local |= {o for node in graph.node for o in node.output}
+    todo = {k: v for k, v in renames.items() if k not in local}
+    for node in graph.node:
+        node.input[:] = [todo.get(n, n) for n in node.input]
+        for sub in _subgraphs(node):
+            _rename_reads(sub, todo)
+    for out in graph.output:
+        if out.name in todo:   # a branch that returns an outer value as is
+            out.name = todo[out.name]
+

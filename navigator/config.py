@@ -49,6 +49,7 @@ class NavigatorConfig:
     rtol: dict | None = None
     compare: dict | None = None
     output_kinds: dict | None = None                # output name -> kind (navigator.validators.kinds), declared
+    state: dict | None = None                       # state input -> the output it comes back as (stateful models)
     error_stat: str | None = None
     allow_nan: bool = False
     # Per stage and format, in seconds. Enforced in full for workers (the process group is killed).
@@ -318,6 +319,15 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
             merged = dict(getattr(base, key) or {})
             merged.update(value)
             changes[key] = merged
+        elif key == "state":
+            if isinstance(value, str):
+                value = specs.parse_state(value)
+            elif isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) and k and v
+                                                 for k, v in value.items()):
+                value = dict(value)
+            else:
+                raise UserInputError("state: expected 'IN=OUT,...' or a mapping of state inputs to outputs")
+            changes[key] = value
         elif key == "output_kinds":
             if isinstance(value, str):
                 value = specs.parse_output_kinds(value)

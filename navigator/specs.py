@@ -355,6 +355,22 @@ def parse_dtypes(text: str, option: str = "--dtypes") -> dict[str, str]:
             return out
 
 
+def parse_state(text: str, option: str = "--state") -> dict[str, str]:
+    """Parse ``state=stateN,h0=hn`` (input = the output its next value comes back as) into
+    ``{input: output}``. Names holding ',' or '=' go in a config file's ``state:`` mapping."""
+    if not isinstance(text, str) or not text.strip():
+        raise UserInputError(f"{option}: expected IN=OUT[,IN=OUT...], e.g. state=stateN,h0=hn")
+    out: dict[str, str] = {}
+    for entry in text.split(","):
+        name, eq, value = (part.strip() for part in entry.partition("="))
+        if not eq or not name or not value or "=" in value:
+            raise UserInputError(f"{option}: {entry.strip()!r} is not IN=OUT (e.g. state=stateN,h0=hn)")
+        if name in out:
+            raise UserInputError(f"{option}: input {name!r} given twice")
+        out[name] = value
+    return out
+
+
 def parse_output_kinds(text: str, option: str = "--output-kinds") -> dict[str, str]:
     """Parse ``probs:probabilities,output0:detections`` (navigator.validators.kinds.KINDS)."""
     from navigator.validators.kinds import KINDS

@@ -121,6 +121,14 @@ class Workspace:
         return self.root / "samples" / "reference"
 
     @property
+    def reset_dir(self) -> Path:
+        """A stateful model's reference replayed with its state reset halfway (the state's control)."""
+        return self.root / "samples" / "reset"
+
+    def reset_file(self, sample: str) -> Path:
+        return self.reset_dir / f"{sample}.npz"
+
+    @property
     def variation_dir(self) -> Path:
         """The source's outputs run the way the runners run it (the fp32 floor's measure)."""
         return self.root / "samples" / "variation"

@@ -363,6 +363,10 @@ class Status(Record):
     formats: dict[str, FormatStatus] = field(default_factory=dict)
     best: Best | None = None
     serving: ServingStatus | None = None   # optional: written by `navigator profile --triton`
+    # (v3, optional) a stateful model: its state pairs ({input, output}) and how they were found, the
+    # sequence it was verified over (steps, the step its state was reset at for the control), or the
+    # reason it keeps hidden state
+    stateful: dict | None = None
 
     _nested: ClassVar = {
         "model": (ModelInfo, "one"),
@@ -375,9 +379,9 @@ class Status(Record):
 
     # Order of keys in the file, as ARCHITECTURE.md shows it.
     _ORDER: ClassVar = ("schema_version", "navigator_version", "created", "updated", "state", "environment",
-                        "model", "signature", "batch_dim", "shape_profiles", "samples", "config", "formats",
-                        "best", "serving")
-    _OPTIONAL: ClassVar = ("serving",)   # left out of the file while None (older files stay as they were)
+                        "model", "signature", "batch_dim", "shape_profiles", "samples", "stateful", "config",
+                        "formats", "best", "serving")
+    _OPTIONAL: ClassVar = ("serving", "stateful")   # left out of the file while None (older files stay as they were)
 
     def to_dict(self) -> dict:
         data = super().to_dict()

@@ -70,7 +70,7 @@ class ShapeArgs(ArgGroup):
 
 class VerifyArgs(ArgGroup):
     title = "verification"
-    dests = ("atol", "rtol", "compare", "output_kinds", "allow_nan", "error_stat", "verify_batch_sizes",
+    dests = ("atol", "rtol", "compare", "output_kinds", "state", "allow_nan", "error_stat", "verify_batch_sizes",
              "allow_failures", "reference")
 
     def add_to(self, parser):
@@ -84,6 +84,11 @@ class VerifyArgs(ArgGroup):
                        help="what an output is, when its values do not say: probabilities | scores | detections | "
                             "logits | embedding | tensor (inferred by default; lossy precisions are judged by "
                             "kind: top-1 agreement, detections F1, row cosine, score-map IoU)")
+        g.add_argument("--state", metavar="IN=OUT,…",
+                       help="state inputs and the outputs their next values come back as (found by name by "
+                            "default: state/stateN, h0/hn, past_*/present_*): the model is verified over "
+                            "sequences, each format carrying its own state, and served with Triton's sequence "
+                            "batcher")
         g.add_argument("--error-stat", choices=["elemwise", "max", "mean", "median", "quantile"],
                        help="statistic the tolerance applies to (default elemwise)")
         g.add_argument("--allow-nan", action="store_true", help="NaN passes where the reference has NaN")

@@ -39,6 +39,8 @@ class VerifySpec(Record):
     held_out: list[str] = field(default_factory=list)      # verify on these samples only (int8: not calibrated on)
     calibrated_on: list[str] = field(default_factory=list)  # the samples the format was calibrated on
     samples_given: bool = False                            # the user's samples, not generated ones
+    # a stateful model: {pairs: [{input, output}], reset_at}; the samples are the steps of one sequence
+    sequence: dict | None = None
 
 
 @dataclass

@@ -50,6 +50,14 @@ def run_reference(ws, task: Task, live: Any = None) -> dict:
     inverse = {v: k for k, v in task.io_names.items()}
     count = 0
     dropped = []
+    if task.verify is not None and task.verify.sequence:
+        with runner:
+            count = _sequence_reference(ws, task, lambda feeds: rename(runner.infer(rename(feeds, task.io_names)),
+                                                                        inverse))
+        log.info("reference: a sequence of %d steps with %s", count, spec.key)
+        if task.variation_runner is not None:
+            run_variation(ws, task, live)
+        return {"count": count, "dropped": dropped}
     with runner:
         for path in ws.input_files():
             try:
@@ -76,6 +84,31 @@ def run_reference(ws, task: Task, live: Any = None) -> dict:
     return {"count": count, "dropped": dropped}
 
 
+def _sequence_reference(ws, task: Task, infer) -> int:
+    """A stateful model's reference: the stored steps replayed in order, the state carried; and the
+    same replay with the state reset halfway (``samples/reset/``: the control of every format's
+    state), from the reset step on."""
+    import shutil
+
+    from navigator.execution import sequences
+    from navigator.workspace import npz
+
+    seq = task.verify.sequence
+    pairs = sequences.pairs_of(seq)
+    steps = [(p.stem, npz.load(p)) for p in ws.input_files()]
+    count = 0
+    for stem, _, outputs in sequences.replay(infer, steps, pairs):
+        npz.save(ws.reference_file(stem), outputs)
+        count += 1
+    shutil.rmtree(ws.reset_dir, ignore_errors=True)
+    k = seq.get("reset_at")
+    if k:
+        for stem, _, outputs in sequences.replay(infer, steps, pairs, reset_at=k):
+            if int(stem) >= k:
+                npz.save(ws.reset_file(stem), outputs)
+    return count
+
+
 def run_variation(ws, task: Task, live: Any = None) -> None:
     """The source run the way its runners run it (``task.variation_runner``) on every stored sample,
     into ``samples/variation/``: against the reference, the source's own legitimate variation, under
@@ -94,6 +127,15 @@ def run_variation(ws, task: Task, live: Any = None) -> None:
     verify = task.verify   # the batch sizes formats are verified at: the variation is measured there too
     try:
         with runners.create(spec.spec(), ws.abs(task.artifact), **options) as runner:
+            if verify is not None and verify.sequence:   # its own state carried over the sequence
+                from navigator.execution import sequences
+
+                steps = [(p.stem, npz.load(p)) for p in ws.input_files()]
+                for stem, _, outputs in sequences.replay(
+                        lambda feeds: rename(runner.infer(rename(feeds, task.io_names)), inverse), steps,
+                        sequences.pairs_of(verify.sequence)):
+                    npz.save(ws.variation_file(stem), outputs)
+                return
             for path in ws.input_files():
                 sample = npz.load(path)
                 npz.save(ws.variation_file(path.stem), rename(runner.infer(rename(sample, task.io_names)), inverse))
@@ -222,6 +264,8 @@ def run_verify(ws, task: Task, spec: RunnerTask, io_names: dict, live: Any = Non
                         candidates=cands, names=names)
 
     stems = list(samples)
+    if verify.sequence:   # a stateful model: one sequence, each step fed the format's own state
+        return _verify_sequence(ws, task, spec, runner, io_names, samples, references, accs, compare, load_s)
     for i, stem in enumerate(stems):
         sample, reference = samples[stem], references[stem]
         other = _other_sample(stems, i, samples, references)
@@ -263,6 +307,49 @@ def run_verify(ws, task: Task, spec: RunnerTask, io_names: dict, live: Any = Non
                                  + ("more files in --samples DIR" if verify.samples_given else
                                     "--samples DIR, or --sample-count 2")
                                  + ") so one part calibrates and another verifies"}
+    return result, runner
+
+
+def _verify_sequence(ws, task: Task, spec: RunnerTask, runner, io_names: dict, samples: dict, references: dict,
+                     accs: dict, compare, load_s: float) -> tuple[dict, Any]:
+    """:func:`run_verify` of a stateful model: the stored steps replayed in order with the format's
+    own state, every step's outputs (the state too) compared with the reference's; the control of
+    the state: the reference replayed with its state reset halfway must fail the rule at some step,
+    else the check never saw the state's effect (inconclusive)."""
+    from navigator.execution import sequences
+    from navigator.validators import controls
+    from navigator.workspace import npz
+
+    verify = task.verify
+    inverse = {v: k for k, v in io_names.items()}
+    stems = list(samples)
+    steps = [(stem, samples[stem]) for stem in stems]
+    infer = lambda feeds: rename(runner.infer(rename(feeds, io_names)), inverse)   # noqa: E731
+    reset_seen = reset_rejected = 0
+    for i, (stem, feeds, outputs) in enumerate(sequences.replay(infer, steps, sequences.pairs_of(verify.sequence))):
+        npz.save(ws.output_file(task.key, spec.key, stem), outputs)
+        compare(outputs, references[stem], feeds, _other_sample(stems, i, samples, references), f" (step {stem})")
+        reset_file = ws.reset_file(stem)
+        if reset_file.is_file():
+            reset, ref = npz.load(reset_file), references[stem]
+            reset_seen += 1
+            if any(name in reset and not controls.accepted(acc.rule, reset[name], ref[name], batch_dim=None)
+                   for name, acc in accs.items() if hasattr(acc, "rule")):
+                reset_rejected += 1
+    checks = {name: acc.result().to_dict() for name, acc in accs.items()}
+    stored = sorted(ws.outputs_dir(task.key, spec.key).glob("*.npz"))
+    result = verdict(checks) | {"batch_sizes": [], "outputs": checks, "load_s": round(load_s, 4),
+                                "outputs_sha256": npz.files_sha256(stored), "samples": stems}
+    k = verify.sequence.get("reset_at")
+    if result["status"] == "ok" and reset_seen and not reset_rejected:
+        result |= {"status": "inconclusive",
+                   "reason": f"the state's effect is not verified: the reference replayed with its state reset at "
+                             f"step {k} passes the rule at every step after it (the state changes nothing this "
+                             "check can see); give a longer sequence or samples on which the state matters"}
+    try:
+        result["settings"] = runner.settings() or None
+    except Exception as e:   # noqa: BLE001
+        log.warning("runner settings: %s", e)
     return result, runner
 
 

@@ -26,6 +26,7 @@ class Prepared:
     warnings: list[str] = field(default_factory=list)
     reference: list[dict] | None = None           # reference outputs computed in this process (torch)
     variation: list[dict] | None = None           # the same in float64: the source's own variation (torch)
+    stateful: dict | None = None                  # state pairs, steps (navigator.sources.state); None: stateless
 
 
 @dataclass

@@ -325,7 +325,8 @@ def raise_reference_failed(ctx: RunContext) -> None:
     cause = plain_reason(" / ".join(lines[-2:]) or "see navigator.log", 300)
     samples = ctx.status.samples
     if samples.source == "generated":   # the model rejects what we made up: say what we made and the cure
-        made = ", ".join(f"{n}: {'x'.join(map(str, shape))}" for n, shape in (samples.shapes or [{}])[0].items())
+        made = ", ".join(f"{n}: {'x'.join(map(str, shape)) or 'scalar'}"
+                         for n, shape in (samples.shapes or [{}])[0].items())
         raise UserInputError(f"the model does not run on the generated samples ({made}): {cause}",
                              hint="give the sizes it takes (--shapes NAME:8x3x640x640), real inputs (--samples "
                                   "DIR) or the values it expects (--value-ranges NAME:LO,HI)")

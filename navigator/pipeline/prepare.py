@@ -88,6 +88,7 @@ def prepare_source(source, samples: Any, config: NavigatorConfig, reporter) -> P
     else:
         batch_dim = detect_batch_dim(source.signature, batch_dim=config.batch_dim, no_batching=config.no_batching)
     sig = source.signature
+    stateful = _stateful(sig, config) if sig is not None else None
     ranges = {**source.value_ranges, **(config.value_ranges or {})}   # the flags win over the source's
     info = SamplesInfo()
     if samples is not None and config.samples:
@@ -105,7 +106,8 @@ def prepare_source(source, samples: Any, config: NavigatorConfig, reporter) -> P
             reporter.warn(note)
     else:
         batches = source.generate(sig, shapes=list(config.shapes or []) or None,
-                                  count=config.sample_count or samples_mod.DEFAULT_GENERATED,
+                                  count=config.sample_count or (STATEFUL_STEPS if stateful else
+                                                                samples_mod.DEFAULT_GENERATED),
                                   value_ranges=ranges, dtypes=config.dtypes,
                                   bounds=source.index_bounds, batch_dim=batch_dim, seed=config.seed)
         info.source = "generated"
@@ -130,7 +132,17 @@ def prepare_source(source, samples: Any, config: NavigatorConfig, reporter) -> P
     for w in warnings + list(source.notes):
         log.warning("%s", w)
         reporter.warn(w)
-    corners = _add_corners(batches, sig, profiles, batch_dim, source, config, info, ranges)
+    if stateful:   # the samples are the steps of one sequence; it starts from a zero state unless given
+        import numpy as np
+
+        if info.source == "generated":
+            for batch in batches:
+                for pair in stateful["pairs"]:
+                    batch[pair["input"]] = np.zeros_like(batch[pair["input"]])
+        stateful["steps"] = len(batches)
+        stateful["reset_at"] = len(batches) // 2 if len(batches) > 1 else None
+    # a sequence has no corners: its steps follow one another
+    corners = [] if stateful else _add_corners(batches, sig, profiles, batch_dim, source, config, info, ranges)
     reference = None
     if hasattr(source, "complete"):   # the reference is computed here (torch); a corner it refuses is dropped
         reference, refused = source.complete(batches, batch_dim, corners=corners,
@@ -140,7 +152,24 @@ def prepare_source(source, samples: Any, config: NavigatorConfig, reporter) -> P
     _check_output_options(config, sig)
     variation = getattr(source, "variation", None) if reference is not None else None
     return Prepared(ws=ws, source=source, batches=batches, batch_dim=batch_dim, profiles=profiles,
-                    samples_info=info, warnings=warnings, reference=reference, variation=variation)
+                    samples_info=info, warnings=warnings, reference=reference, variation=variation,
+                    stateful=stateful)
+
+
+STATEFUL_STEPS = 8   # generated steps of a stateful model's sequence
+
+
+def _stateful(sig, config: NavigatorConfig) -> dict | None:
+    """The state pairs of a model (declared with --state, else found by name), or None."""
+    from navigator.sources.state import declared_pairs, find_pairs
+
+    if config.state:
+        pairs, found_by = declared_pairs(sig, config.state), "declared"
+    else:
+        pairs, found_by = find_pairs(sig), "names"
+    if not pairs:
+        return None
+    return {"pairs": [p.to_dict() for p in pairs], "found_by": found_by}
 
 
 def _add_corners(batches: list[dict], sig, profiles: list[dict], batch_dim, source, config, info,
@@ -231,7 +260,7 @@ def write_workspace(prep: Prepared, config: NavigatorConfig, device: str, *, kee
                         huggingface=getattr(source, "huggingface", None) or None),
         navigator_version=__version__, state="running", environment=environment(device),
         signature=source.signature, batch_dim=prep.batch_dim, shape_profiles=prep.profiles,
-        samples=prep.samples_info, config=config.to_dict(),
+        samples=prep.samples_info, config=config.to_dict(), stateful=prep.stateful,
     )
     st.config["device"] = device
     if source.reference_runner is None:
@@ -296,6 +325,7 @@ def run_prepare(task) -> dict:
             npz.save(out / "variation" / f"{i:03d}.npz", outputs)
     src = prep.source
     facts = {"signature": src.signature.to_dict(), "batch_dim": prep.batch_dim, "profiles": prep.profiles,
+             "stateful": prep.stateful,
              "samples_info": prep.samples_info.to_dict(), "warnings": reporter.lines,
              "source": src.worker_facts() if hasattr(src, "worker_facts") else {
                  "name": src.name, "factory": src.factory, "io": src.io.to_json(),
@@ -412,4 +442,4 @@ def prepare_in_worker(model: str, samples: Any, config: NavigatorConfig, reporte
     ws = Workspace.for_model(config.workdir, config.model_name or source.name)
     return Prepared(ws=ws, source=source, batches=batches, batch_dim=facts["batch_dim"],
                     profiles=facts["profiles"], samples_info=SamplesInfo.from_dict(facts["samples_info"]),
-                    warnings=[], reference=reference, variation=variation)
+                    warnings=[], reference=reference, variation=variation, stateful=facts.get("stateful"))

@@ -42,9 +42,13 @@ def verify_spec(ctx: RunContext, key: str) -> VerifySpec:
             sizes = sorted(set(sizes) | {2 if full == 1 else 1})
         if not cfg.verify_batch_sizes:   # never outside the shape profiles: an engine would refuse it
             sizes = [b for b in sizes if _batch_in_profiles(ctx, b)] or sizes
-    return VerifySpec(rules=rules, allow_nan=cfg.allow_nan, error_stat=cfg.error_stat, batch_sizes=sizes,
-                      batch_dim=batch_dim, corners=corners, kinds=dict(cfg.output_kinds or {}),
-                      samples_given=samples.source != "generated")
+    stateful = ctx.status.stateful
+    sequence = {"pairs": stateful["pairs"], "reset_at": stateful.get("reset_at")} if stateful and \
+        stateful.get("pairs") else None
+    return VerifySpec(rules=rules, allow_nan=cfg.allow_nan, error_stat=cfg.error_stat,
+                      batch_sizes=[] if sequence else sizes, batch_dim=batch_dim, corners=corners,
+                      kinds=dict(cfg.output_kinds or {}), samples_given=samples.source != "generated",
+                      sequence=sequence)
 
 
 def _batch_in_profiles(ctx: RunContext, size: int) -> bool:
@@ -124,7 +128,7 @@ def reference_task(ctx: RunContext, artifact: str, runner: RunnerTask, *, io_nam
     return Task(kind="reference", key="reference", artifact=artifact, io_names=dict(io_names or {}),
                 reference_runner=RunnerTask.from_dict(runner.to_dict()),
                 variation_runner=RunnerTask.from_dict(variation.to_dict()) if variation else None,
-                verify=verify_spec(ctx, ctx.source.key) if variation else None,   # the sizes to vary at
+                verify=verify_spec(ctx, ctx.source.key),   # the sizes to vary at, a stateful model's sequence
                 optional=[f"{i:03d}" for i in ctx.status.samples.corners])
 
 
