@@ -15,7 +15,7 @@ in fp16.
 from __future__ import annotations
 
 FLOAT, FLOAT16 = 1, 10           # onnx.TensorProto.FLOAT / FLOAT16
-_SUBGRAPH_OPS = ("If", "Loop", "Scan", "SequenceMap")
+SUBGRAPH_OPS = ("If", "Loop", "Scan", "SequenceMap")
 # ops whose output type an attribute sets, not a type parameter: kept fp32 (Cast keeps its ``to``);
 # ConstantOfShape converts with its ``value`` (YOLOv8's anchor grid: ConstantOfShape -> Add)
 _ATTRIBUTE_TYPED = ("Cast", "Constant", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -78,7 +78,7 @@ def convert(model, *, op_block_list=(), node_block_list=(), keep_io_types: bool 
     for name, node in constants.items():
         types[name] = node.attribute[0].t.data_type
     version = _opset(model)
-    blocked_ops, blocked_nodes = set(op_block_list) | set(_SUBGRAPH_OPS), set(node_block_list)
+    blocked_ops, blocked_nodes = set(op_block_list) | set(SUBGRAPH_OPS), set(node_block_list)
 
     # 1. which nodes run in fp16, and what type each of their inputs wants
     wants: dict[tuple[int, int], int] = {}        # (node index, input index) -> wanted elem type

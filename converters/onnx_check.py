@@ -222,13 +222,16 @@ def precision_share(path, precision: str) -> float | None:
         return None
     model = onnx.load(str(path), load_external_data=False)
     total = held = 0
-    for graph in _graphs(model.graph):
-        tensors = {t.name: t for t in graph.initializer}
+    graphs = list(_graphs(model.graph))
+    # names are unique across scopes: a subgraph's op may take an initializer of the graph around it
+    tensors = {t.name: t for graph in graphs for t in graph.initializer}
+    for graph in graphs:
         for node in graph.node:
             if node.op_type == "Constant" and node.attribute and node.attribute[0].type == onnx.AttributeProto.TENSOR:
                 tensors[node.output[0]] = node.attribute[0].t
-        producer = {out: node for node in graph.node for out in node.output}
-        seen: set[str] = set()
+    producer = {out: node for graph in graphs for node in graph.node for out in node.output}
+    seen: set[str] = set()
+    for graph in graphs:
         for node in graph.node:
             if node.op_type not in _COMPUTE_OPS:
                 continue

@@ -63,6 +63,11 @@ class OnnxToOnnxFp16(Converter):
         model, converted, casts = fp16_graph.convert(
             model, op_block_list=BLOCK_LIST + p.op_block_list, node_block_list=p.node_block_list,
             keep_io_types=p.keep_io_types, min_positive_val=p.min_positive_val, max_finite_val=p.max_finite_val)
+        if not converted:   # an fp16 format that computes in fp32 would be verified as what it is not
+            inside = any(n.op_type in fp16_graph.SUBGRAPH_OPS for n in model.graph.node)
+            raise RuntimeError("no node could run in fp16" + (
+                ": the graph computes inside If / Loop / Scan subgraphs, which stay fp32 (export it without "
+                "control flow, e.g. for one fixed sample rate)" if inside else " (every float op is blocked)"))
         after = ([i.name for i in model.graph.input], [o.name for o in model.graph.output])
         if after != names:
             raise RuntimeError(f"the fp16 conversion changed the graph's inputs/outputs: {names} -> {after}")

@@ -148,8 +148,8 @@ def convert(model: Any, samples: Any = None, *, targets=None, workdir: str | os.
     """Convert ``model`` to verified, profiled formats.
 
     ``model``: a path (an .onnx file). ``samples``: an iterable of batches (dicts,
-    tuples or single arrays; a DataLoader is capped by ``sample_count``) or None
-    to generate them. ``options``: the CLI's options in snake_case
+    tuples or single arrays; a DataLoader is capped by ``sample_count``), a folder of
+    ``.npz`` batches (as ``--samples``) or None to generate them. ``options``: the CLI's options in snake_case
     (``max_batch_size=32``, ``atol={"logits": 1e-3}``, ``shapes="ids:8x16"``).
     ``verify_func(reference, output) -> bool`` is called per stored sample on top
     of the numeric checks."""
@@ -159,6 +159,8 @@ def convert(model: Any, samples: Any = None, *, targets=None, workdir: str | os.
         config = from_mapping(config, source="config")
     config = config or NavigatorConfig()
     extra = dict(options)
+    if isinstance(samples, (str, os.PathLike)):   # a folder of .npz batches, as --samples
+        extra["samples"], samples = os.fspath(samples), None
     if targets is not None:
         extra["targets"] = targets
     if workdir is not None:

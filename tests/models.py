@@ -388,6 +388,52 @@ def dynamic_detector(classes: int = 3, seed: int = 7) -> onnx.ModelProto:
                   [helper.make_tensor_value_info("output0", f, ["batch", 4 + classes, "anchors"])], inits)
 
 
+def gru_step(features: int = 4, hidden: int = 8, seed: int = 11, use_state: bool = True) -> onnx.ModelProto:
+    """One step of a GRU with explicit state, as a streaming model is exported: x [1, B, F] (one
+    time step), h0 [1, B, H] in, y [1, 1, B, H] and hn [1, B, H] out; the batch sits at dim 1, so
+    Triton serves it one sequence step at a time. ``use_state=False``: the same net fed a zero
+    state whatever h0 says (hn still comes out): a model whose state does nothing."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array(rng.normal(0, 0.6, (1, 3 * hidden, features)).astype(np.float32), "W"),
+             numpy_helper.from_array(rng.normal(0, 0.6, (1, 3 * hidden, hidden)).astype(np.float32), "R"),
+             numpy_helper.from_array(rng.normal(0, 0.1, (1, 6 * hidden)).astype(np.float32), "B")]
+    nodes = []
+    h = "h0"
+    if not use_state:
+        inits.append(numpy_helper.from_array(np.zeros((1,), np.float32), "zero"))
+        nodes.append(helper.make_node("Mul", ["h0", "zero"], ["h0_ignored"]))
+        h = "h0_ignored"
+    nodes.append(helper.make_node("GRU", ["x", "W", "R", "B", "", h], ["y", "hn"], hidden_size=hidden))
+    f = TensorProto.FLOAT
+    return _model(nodes, [helper.make_tensor_value_info("x", f, [1, "batch", features]),
+                          helper.make_tensor_value_info("h0", f, [1, "batch", hidden])],
+                  [helper.make_tensor_value_info("y", f, [1, 1, "batch", hidden]),
+                   helper.make_tensor_value_info("hn", f, [1, "batch", hidden])], inits)
+
+
+def speech_chunks(seconds: float = 1.2, rate: int = 16000, chunk: int = 512, context: int = 64,
+                  seed: int = 0) -> list[np.ndarray]:
+    """A voiced sound (a 120 Hz glottal tone with /a/ formants, syllables at 4 Hz, faint noise) cut
+    into [1, context + chunk] steps, each led by the previous step's last ``context`` samples as
+    silero-vad's streaming wrapper feeds its model; its speech probability reaches ~0.9."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * rate)) / rate
+    f0 = 120 * (1 + 0.1 * np.sin(2 * np.pi * 3 * t))
+    phase = 2 * np.pi * np.cumsum(f0) / rate
+    sig = np.zeros_like(t)
+    for h in range(1, 30):
+        gain = sum(np.exp(-((h * f0 - f) / b) ** 2) for f, b in ((700, 130), (1200, 150), (2600, 200))) + 0.05
+        sig += gain * np.sin(h * phase) / h ** 0.5
+    sig *= 0.5 * (1 + np.sin(2 * np.pi * 4 * t - np.pi / 2))
+    sig = (0.5 * sig / np.abs(sig).max() + 0.01 * rng.standard_normal(len(t))).astype(np.float32)
+    steps, ctx = [], np.zeros((1, context), np.float32)
+    for k in range(len(sig) // chunk):
+        x = np.concatenate([ctx, sig[None, k * chunk:(k + 1) * chunk]], axis=1)
+        ctx = x[:, -context:]
+        steps.append(x)
+    return steps
+
+
 def save(model: onnx.ModelProto, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(path))
@@ -396,7 +442,8 @@ def save(model: onnx.ModelProto, path: Path) -> Path:
 
 ALL = {"token_classifier": token_classifier, "topk_model": topk_model, "foldable_mlp": foldable_mlp,
        "small_cnn": small_cnn, "scaled_mlp": scaled_mlp, "rope_positions": rope_positions, "erfc_gelu": erfc_gelu,
-       "erf_gelu": erf_gelu, "tiny_detector": tiny_detector, "dynamic_detector": dynamic_detector}
+       "erf_gelu": erf_gelu, "tiny_detector": tiny_detector, "dynamic_detector": dynamic_detector,
+       "gru_step": gru_step}
 
 if __name__ == "__main__":
     out = Path(sys.argv[1] if len(sys.argv) > 1 else ".")

@@ -53,6 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                                   "format where it runs on one device only)")
     b.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=None,
                    help="warm-up from the stored samples (default on)")
+    q = parser.add_argument_group("stateful models (sequence batcher)")
+    q.add_argument("--sequence-strategy", choices=["oldest", "direct"],
+                   help="the sequence batcher's strategy (default oldest: sequences batched as they come)")
+    q.add_argument("--max-candidate-sequences", type=int, metavar="N",
+                   help="oldest: sequences batched together (default 4)")
+    q.add_argument("--sequence-idle-us", type=int, metavar="US",
+                   help="a sequence idle this long is released (default 5000000)")
     s = parser.add_argument_group("serving options")
     s.add_argument("--response-cache", action="store_true", default=None,
                    help="response_cache (the server also needs --cache-config)")

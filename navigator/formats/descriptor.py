@@ -57,6 +57,12 @@ class Serving:
     name_convention: str = "artifact"       # artifact | pytorch (<name>__<index>) | ours (Python backend)
     note: str | None = None
 
+    @property
+    def implicit_state(self) -> bool:
+        """Whether the backend keeps a sequence's implicit state (FACTS.md: onnxruntime, tensorrt and
+        pytorch's libtorch; not openvino, tensorflow or the Python backend)."""
+        return self.backend in ("onnxruntime", "tensorrt") or self.platform == "pytorch_libtorch"
+
 
 # The Python backend: a generated model.py loads the artifact (navigator.triton.python_backend).
 PYTHON = Serving("python", "", "model.py", name_convention="ours")

@@ -105,7 +105,12 @@ def prepare_source(source, samples: Any, config: NavigatorConfig, reporter) -> P
             log.warning("%s", note)
             reporter.warn(note)
     else:
-        batches = source.generate(sig, shapes=list(config.shapes or []) or None,
+        shapes = list(config.shapes or []) or None
+        if stateful and not shapes:   # one stream: a sequence id's state holds one row
+            shapes = [{t.name: [d if d > 0 else 1 for d in t.shape] for t in sig.inputs}]
+            log.info("stateful model: generated steps use 1 for every dynamic dim (one stream); "
+                     "--shapes sets another step shape")
+        batches = source.generate(sig, shapes=shapes,
                                   count=config.sample_count or (STATEFUL_STEPS if stateful else
                                                                 samples_mod.DEFAULT_GENERATED),
                                   value_ranges=ranges, dtypes=config.dtypes,

@@ -131,7 +131,7 @@ class OnnxruntimeRunner(Runner):
                 binding = self.session.io_binding()
                 values = {}
                 for name in self.input_names:
-                    values[name] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(feeds[name]), "cuda",
+                    values[name] = ort.OrtValue.ortvalue_from_numpy(np.require(feeds[name], requirements="C"), "cuda",
                                                                     device_id)
                     binding.bind_ortvalue_input(name, values[name])
                 for name in self.output_names:

@@ -28,6 +28,7 @@ class RequestData:
     dims: dict[str, list[int]]                           # Triton name -> config dims (-1 dynamic)
     rows: list[dict] = field(default_factory=list)       # Triton name -> ndarray (one row, no batch dim)
     outputs: list[str] = field(default_factory=list)
+    sequence_length: int = 0                             # a stateful model's steps per sequence (0: stateless)
 
     def shape(self, name: str) -> list[int]:
         return list(self.rows[0][name].shape)
@@ -55,7 +56,8 @@ class RequestData:
                     values = [bool(v) for v in values]
                 entry[n] = {"content": values, "shape": list(arr.shape)}
             data.append(entry)
-        return {"data": data}
+        # a sequence model's data is a list of streams, each its steps in order (one stream here)
+        return {"data": [data] if self.sequence_length else data}
 
     def shape_flags(self) -> list[str]:
         """``--shape NAME:d1,d2`` for each input with a dynamic dim (batch dim excluded)."""
@@ -72,6 +74,11 @@ def from_workspace(ws, st, cfg) -> RequestData:
     dtypes = {io.name: cfg_mod.numpy_dtype(_type_name(io.data_type)) for io in cfg.input}
     dims = {io.name: list(io.dims) for io in cfg.input}
     ours = st.signature.input_names
+    sequence_length = 0
+    if cfg.HasField("sequence_batching") and cfg.sequence_batching.state:   # the server holds the state
+        held = {p["input"] for p in (st.stateful or {}).get("pairs") or []}
+        ours = [n for n in ours if n not in held]
+        sequence_length = int((st.stateful or {}).get("steps") or 0)
     if len(ours) != len(names):
         raise UserInputError(f"{cfg.name}: {len(names)} inputs in config.pbtxt, {len(ours)} in the workspace signature")
     files = sorted(Path(ws.inputs_dir).glob("*.npz"))
@@ -83,18 +90,18 @@ def from_workspace(ws, st, cfg) -> RequestData:
         missing = [n for n in ours if n not in sample]
         if missing:
             raise UserInputError(f"{path}: no tensor {missing[0]!r}")
-        rows.extend(_rows({t: sample[o] for o, t in zip(ours, names)}, dtypes, batching))
-        if len(rows) >= MAX_ROWS:
+        rows.extend(_rows({t: sample[o] for o, t in zip(ours, names)}, dtypes, batching, dims))
+        if len(rows) >= MAX_ROWS and not sequence_length:   # a sequence keeps all its steps, in order
             break
     first = {t: a.shape for t, a in rows[0].items()}
     rows = [r for r in rows if {t: a.shape for t, a in r.items()} == first][:MAX_ROWS]
     return RequestData(batching=batching, names=names, dtypes=dtypes, dims=dims, rows=rows,
-                       outputs=[io.name for io in cfg.output])
+                       outputs=[io.name for io in cfg.output], sequence_length=sequence_length)
 
 
-def _rows(batch: dict, dtypes: dict, batching: bool) -> list[dict]:
+def _rows(batch: dict, dtypes: dict, batching: bool, dims: dict | None = None) -> list[dict]:
     """One batch as request rows: each row of it when the model batches, else the batch itself;
-    in the config's dtypes (strings refused)."""
+    in the config's dtypes (strings refused); a rank-0 tensor as its config dims ([1])."""
     import numpy as np
 
     arrays = {}
@@ -102,11 +109,13 @@ def _rows(batch: dict, dtypes: dict, batching: bool) -> list[dict]:
         arr = np.asarray(value)
         if arr.dtype.kind in "OUS":
             raise UserInputError(f"input {name!r} holds strings; serving profiles take numeric inputs only")
+        if arr.ndim == 0 and not batching and dims:
+            arr = arr.reshape([1] * len(dims[name]))
         arrays[name] = arr.astype(dtypes[name], copy=False)
     if not batching:
-        return [{n: np.ascontiguousarray(a) for n, a in arrays.items()}]
+        return [{n: np.require(a, requirements="C") for n, a in arrays.items()}]
     count = min(a.shape[0] for a in arrays.values())
-    return [{n: np.ascontiguousarray(a[i]) for n, a in arrays.items()} for i in range(count)]
+    return [{n: np.require(a[i], requirements="C") for n, a in arrays.items()} for i in range(count)]
 
 
 def from_examples(examples: list[dict], cfg) -> RequestData:

@@ -13,6 +13,7 @@ succeeds the measurement raises with the server's message.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 
 from navigator.errors import UserInputError
@@ -20,6 +21,7 @@ from navigator.serving.inputs import RequestData
 from navigator.serving.measure import MAX_WINDOWS, Measurement, Window, done, summarize
 
 CLIENT_TIMEOUT_S = 60.0
+_SEQUENCE_IDS = itertools.count(1)
 
 
 def measure(url: str, model: str, data: RequestData, *, concurrency: int, batch_size: int = 1,
@@ -36,7 +38,7 @@ def _inputs(data: RequestData, batch_size: int) -> list[list]:
     from navigator.triton import config as cfg_mod
 
     out = []
-    for k in range(min(len(data.rows), 16)):
+    for k in range(len(data.rows) if data.sequence_length else min(len(data.rows), 16)):
         arrays = data.batch(k, batch_size)
         request = []
         for name in data.names:
@@ -59,14 +61,26 @@ async def _measure(url, model, data, concurrency, batch_size, window_s, max_wind
     stop = asyncio.Event()
     client = InferenceServerClient(url)
 
+    steps = data.sequence_length
+
     async def worker(wid: int) -> None:
         i = wid
+        sequence_id = 0
         while not stop.is_set():
-            inputs = requests[i % len(requests)]
+            seq = {}
+            if steps:   # each worker streams whole sequences, its steps in order, under its own ids
+                k = (i // concurrency) % steps
+                if k == 0:   # ids never reused: an unfinished sequence of an earlier point may linger
+                    sequence_id = next(_SEQUENCE_IDS)
+                seq = {"sequence_id": sequence_id, "sequence_start": k == 0,
+                       "sequence_end": k == steps - 1}
+                inputs = requests[k % len(requests)]
+            else:
+                inputs = requests[i % len(requests)]
             i += concurrency
             t0 = time.perf_counter()
             try:
-                await client.infer(model, inputs, outputs=outputs, client_timeout=CLIENT_TIMEOUT_S)
+                await client.infer(model, inputs, outputs=outputs, client_timeout=CLIENT_TIMEOUT_S, **seq)
             except Exception as e:    # InferenceServerException, grpc errors: counted, the first one reported
                 errors.append((time.perf_counter(), " ".join(str(e).split())))
                 if len(errors) > 1000:

@@ -52,6 +52,10 @@ def space(base, role: str, opts, *, key: str) -> Space:
             b *= 2
         sizes.append(base.max_batch_size)
         sizes = tuple(sizes)
+    if base.HasField("sequence_batching"):   # it excludes the dynamic batcher (FACTS.md), as Model Analyzer does
+        if opts.queue_delays_us:
+            raise UserInputError(f"--queue-delays-us: {base.name} is stateful, scheduled by the sequence batcher")
+        return Space(instances, sizes, (None,))
     delays = opts.queue_delays_us if opts.queue_delays_us else (0,)
     delays = tuple(sorted(set(delays), key=lambda d: (d is not None, d or 0)))   # none first, then ascending
     return Space(instances, sizes, delays)
@@ -84,7 +88,7 @@ def variant(base, cand: Candidate, *, preferred: list[int] | None = None):
                              f"{cand.max_batch_size} cannot be searched")
     cfg.max_batch_size = cand.max_batch_size
     preferred = preferred_sizes(base) if preferred is None else preferred
-    if cand.delay_us is None or cand.max_batch_size == 0:
+    if cand.delay_us is None or cand.max_batch_size == 0 or cfg.HasField("sequence_batching"):
         cfg.ClearField("dynamic_batching")
     else:
         if not cfg.HasField("dynamic_batching"):

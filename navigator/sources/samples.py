@@ -113,7 +113,7 @@ def check_sample(sample: dict, signature: ModelSignature, where: str, batch_dim:
             else:
                 raise UserInputError(f"{where}: input '{spec.name}' has dtype {arr.dtype}, the model expects "
                                      f"{spec.dtype}")
-        out[spec.name] = np.ascontiguousarray(arr)
+        out[spec.name] = np.require(arr, requirements="C")   # ascontiguousarray makes a scalar 1-d
     if batch_dim is not None:
         sizes = {n: a.shape[batch_dim] for n, a in out.items()}
         if len(set(sizes.values())) > 1:
@@ -133,7 +133,7 @@ def iterate(batches: Any):
     """An iterator over user batches (a list, generator or DataLoader); a path or a non-iterable is
     one error line."""
     if isinstance(batches, (str, bytes, os.PathLike)):
-        raise UserInputError("samples: a path was given where batches were expected; use samples_dir / --samples")
+        raise UserInputError("samples: a path was given where batches were expected; a folder of .npz files goes in --samples")
     try:
         return iter(batches)
     except TypeError:
@@ -396,7 +396,7 @@ def resize_sample(sample: dict, shape: dict[str, tuple]) -> dict:
     for name, arr in sample.items():
         for axis, n in enumerate(shape[name]):
             arr = np.take(arr, np.arange(int(n)) % arr.shape[axis], axis=axis)
-        out[name] = np.ascontiguousarray(arr)
+        out[name] = np.require(arr, requirements="C")   # ascontiguousarray makes a scalar 1-d
     return out
 
 

@@ -163,18 +163,27 @@ def compared_values(model) -> dict[str, tuple[float, float]]:
     """Value ranges for inputs the graph compares with a constant scalar (``sr == 16000`` in a
     voice-activity model): generated values must take the branch a real input takes, not [0, 16).
     The first such constant wins: [c, c + 1)."""
+    import onnx
     from onnx import numpy_helper
 
     graph = model.graph
     scalars = {}
+    def scalar(tensor):   # a number held in the graph (external data and strings are no such constant)
+        if list(tensor.dims) not in ([], [1]) or tensor.data_location == onnx.TensorProto.EXTERNAL:
+            return None
+        try:
+            return float(numpy_helper.to_array(tensor).reshape(-1)[0])
+        except (TypeError, ValueError, IndexError):
+            return None
+
     for init in graph.initializer:
-        if init.dims in ([], [1]):
-            scalars[init.name] = float(numpy_helper.to_array(init).reshape(-1)[0])
+        if scalar(init) is not None:
+            scalars[init.name] = scalar(init)
     for node in graph.node:
         if node.op_type == "Constant" and node.output:
             for attr in node.attribute:
-                if attr.name == "value" and list(attr.t.dims) in ([], [1]):
-                    scalars[node.output[0]] = float(numpy_helper.to_array(attr.t).reshape(-1)[0])
+                if attr.name == "value" and scalar(attr.t) is not None:
+                    scalars[node.output[0]] = scalar(attr.t)
     consumers: dict[str, list] = {}
     for node in graph.node:
         for name in node.input:

@@ -187,6 +187,8 @@ class TorchSource(Source):
                         "name:int64 for index inputs")
             raise UserInputError(f"the model failed on the samples in eager mode ({type(e).__name__}: "
                                  f"{' '.join(str(e).split())[:300]})", hint=hint) from None
+        if regular:
+            self._refuse_hidden_state(regular[0], outputs[0], checked)
         by_index = dict(zip([i for i in range(len(batches)) if i not in corners], outputs))
         names = list(self.io.outputs)
         refused: dict[int, str] = {}
@@ -222,6 +224,23 @@ class TorchSource(Source):
             outputs.append(TensorSpec(name=name, dtype=str(reference[0][name].dtype), shape=dims))
         self.signature.outputs = outputs
         return reference, refused
+
+    def _refuse_hidden_state(self, batch: dict, first: dict, checked: dict) -> None:
+        """The first sample run again after all the others must give what it gave first: a module
+        that keeps state inside (its buffers change on every call) answers otherwise, and no
+        format-by-format comparison can judge it (UserInputError)."""
+        from navigator.sources import torch_support as ts
+        from navigator.sources.state import hidden_state
+
+        names = list(self.io.outputs)
+        (again,), _ = ts.run_reference(self.obj, self.io, [batch], checked)
+        self.io.outputs = names
+        why = hidden_state(first, again)
+        if why:
+            raise UserInputError(
+                f"{why} (or draws random numbers in eval mode): its formats cannot be compared call by call",
+                hint="export it with its state as an input and an output (navigator then verifies it over a "
+                     "sequence; --state IN=OUT names the pair), or reset the state inside forward()")
 
     def export(self, ws, out_path: Path) -> dict:
         """Record how to rebuild the module and its I/O names (formats/torch/)."""

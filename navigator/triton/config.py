@@ -77,6 +77,25 @@ class Step:
 
 
 @dataclass
+class StatePlan:
+    """One implicit state of the sequence batcher: the model's state input and output, its dims
+    (without the batch dim when batching), zeros at the start of every sequence."""
+
+    input_name: str
+    output_name: str
+    dtype: str
+    dims: list[int]
+
+
+@dataclass
+class SequencePlan:
+    states: list[StatePlan]
+    strategy: str = "oldest"             # oldest | direct
+    max_candidate_sequences: int = 4     # oldest: sequences batched together
+    idle_us: int = 5_000_000             # a sequence idle this long is released
+
+
+@dataclass
 class ModelPlan:
     """Everything one Triton model needs; built by :mod:`navigator.triton.repository`."""
 
@@ -98,6 +117,7 @@ class ModelPlan:
     dynamic_batching: dict | None = None   # preferred, max_queue_delay_us, priority_levels, ...
     cuda_graphs: bool = False          # optimization.cuda.graphs (TensorRT plans)
     graph_level: int | None = None     # optimization.graph.level (onnxruntime: -1 basic, 1 extended, 2 none)
+    sequence: SequencePlan | None = None   # a stateful model: the sequence batcher, its implicit state
     gpu_accelerators: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     warmup: list[Warmup] = field(default_factory=list)
     parameters: dict[str, str] = field(default_factory=dict)
@@ -165,6 +185,23 @@ def build(plan: ModelPlan):
                     setattr(res, "global", True)   # a Python keyword
             if plan.rate_limit_priority is not None:
                 group.rate_limiter.priority = plan.rate_limit_priority
+    if plan.sequence is not None:
+        seq = cfg.sequence_batching
+        seq.max_sequence_idle_microseconds = plan.sequence.idle_us
+        if plan.sequence.strategy == "direct":
+            seq.direct.SetInParent()
+        else:
+            seq.oldest.max_candidate_sequences = plan.sequence.max_candidate_sequences
+        for st in plan.sequence.states:
+            state = seq.state.add()
+            state.input_name, state.output_name = st.input_name, st.output_name
+            state.data_type = mc.DataType.Value(triton_dtype(st.dtype))
+            state.dims.extend(int(d) for d in st.dims)
+            init = state.initial_state.add()
+            init.data_type = state.data_type
+            init.dims.extend(int(d) for d in st.dims)
+            init.zero_data = True
+            init.name = "zeros"
     if plan.cuda_graphs:
         cfg.optimization.cuda.graphs = True
     if plan.graph_level is not None:
@@ -304,12 +341,12 @@ def problems(cfg) -> list[str]:
 
 def expected_dims(shape: list[int], batching: bool) -> tuple[list[int], list[int] | None]:
     """(config dims, reshape) of a signature shape: the batch dim (0) dropped when batching;
-    a per-row scalar becomes dims [1] with an empty reshape."""
+    a per-row scalar becomes dims [1] with an empty reshape; a rank-0 tensor without batching
+    dims [1] and no reshape (Triton refuses an empty reshape there, and the onnxruntime backend
+    feeds the model a rank-0 tensor for it)."""
     dims = [int(d) if d >= 0 else -1 for d in (shape[1:] if batching else shape)]
     if not dims:
-        if not batching:
-            raise UserInputError("a scalar (rank-0) tensor cannot be served by Triton without batching")
-        return [1], []
+        return [1], ([] if batching else None)
     return dims, None
 
 

@@ -69,13 +69,19 @@ class TritonOptions:
     execution_env: str | None = None            # env.tar.gz: EXECUTION_ENV_PATH of Python-backend models
     aoti_native: bool = False                   # serve aoti with the PyTorch backend (platform torch_aoti)
     tokenizer: bool | None = None               # a tokenizer step in front (None: where the workspace has one)
+    # a stateful model's sequence batcher (navigator.triton.config.SequencePlan)
+    sequence_strategy: str = "oldest"           # oldest | direct
+    max_candidate_sequences: int = 4            # oldest: sequences batched together
+    sequence_idle_us: int = 5_000_000           # a sequence idle this long is released
     force: bool = False                         # overwrite an existing version / an incompatible config
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TritonOptions)}
 _ALIASES = {"triton_repo": "repo", "rate_limit_resource": "rate_limit_resources"}
 _INT_FIELDS = {"model_version": 1, "max_batch_size": 0, "instances": 1, "max_queue_delay_us": 0,
-               "rate_limit_priority": 0, "priority_levels": 1, "default_priority_level": 1}
+               "rate_limit_priority": 0, "priority_levels": 1, "default_priority_level": 1,
+               "max_candidate_sequences": 1, "sequence_idle_us": 1}
+SEQUENCE_STRATEGIES = ("oldest", "direct")
 _BOOL_FIELDS = ("dynamic_batching", "warmup", "python_backend", "response_cache", "cuda_graphs", "aoti_native",
                 "force", "tokenizer")
 _PATH_FIELDS = ("repo", "labels", "preprocess", "postprocess", "execution_env")
@@ -83,7 +89,8 @@ _PATH_FIELDS = ("repo", "labels", "preprocess", "postprocess", "execution_env")
 
 # the largest value each integer field may take: config.pbtxt's field types (int32 for batch sizes,
 # counts and priorities; int64 for versions and delays); anything larger is refused, not wrapped
-_INT_MAX = {"model_version": 2**63 - 1, "max_queue_delay_us": 2**63 - 1, "queue_policy timeout_us": 2**63 - 1}
+_INT_MAX = {"model_version": 2**63 - 1, "max_queue_delay_us": 2**63 - 1, "queue_policy timeout_us": 2**63 - 1,
+            "sequence_idle_us": 2**63 - 1}
 INT32_MAX = 2**31 - 1
 
 
@@ -221,6 +228,10 @@ def from_mapping(values: dict, *, base: TritonOptions | None = None, source: str
         elif key == "kind":
             if value not in KINDS:
                 raise UserInputError(f"--kind: {value!r} is not one of {', '.join(KINDS)}")
+            changes[key] = value
+        elif key == "sequence_strategy":
+            if value not in SEQUENCE_STRATEGIES:
+                raise UserInputError(f"--sequence-strategy: {value!r} is not one of {', '.join(SEQUENCE_STRATEGIES)}")
             changes[key] = value
         elif key == "ort_trt_precision":
             if str(value).lower() not in ORT_TRT_PRECISIONS:

@@ -228,6 +228,20 @@ def plan_format(ws, st, key: str, name: str, opts: TritonOptions, notes: list[st
                      f"verified at ({', '.join(f'{n} {list(v)}' for n, v in static.items())})")
     else:
         mbs = _batching(st, fmt, opts, key, notes)
+    pairs = [(p["input"], p["output"]) for p in (st.stateful or {}).get("pairs") or []]
+    if pairs and not serving.implicit_state:   # the state stays model I/O: the client carries it
+        notes.append(f"{key}: stateful, but Triton's {serving.backend} backend keeps no implicit state: the state "
+                     f"({', '.join(i for i, _ in pairs)}) stays an input and an output, each request sending the "
+                     "state the previous one returned")
+        pairs = []
+    if pairs and mbs and any(_state_spec(st, i).shape[:1] != [-1] for i, _ in pairs):
+        if opts.max_batch_size:   # Triton batches along dim 0, and a state's batch dim is elsewhere
+            raise UserInputError(f"--max-batch-size {opts.max_batch_size}: {key}'s state "
+                                 f"{[i for i, _ in pairs][0]!r} does not hold its batch at dim 0: the sequence "
+                                 "batcher can only run it one sequence step at a time (max_batch_size 0)")
+        mbs = 0
+        notes.append(f"{key}: its state does not hold the batch at dim 0: served without batching, one sequence "
+                     "step per request")
     batching = mbs > 0
     triton_names, artifact_names = _names(st, fs, serving, notes, key)
     kind = _instance_kind(fmt, fs, serving, opts, key)
@@ -238,23 +252,60 @@ def plan_format(ws, st, key: str, name: str, opts: TritonOptions, notes: list[st
                      rate_limit_priority=opts.rate_limit_priority)
     plan.default_model_filename = serving.default_file
     expected_in, expected_out = [], []
+    state_names = {name for pair in pairs for name in pair}   # the sequence batcher holds them, not the client
     for specs, tensors, expected in ((st.signature.inputs, plan.inputs, expected_in),
                                      (st.signature.outputs, plan.outputs, expected_out)):
         for t in specs:
+            if t.name in state_names:
+                continue
             dims, reshape = cfg_mod.expected_dims(list(static.get(t.name, t.shape)) if static else t.shape, batching)
             tensors.append(TensorPlan(name=triton_names[t.name], source=t.name, feed=artifact_names[t.name],
                                       dtype=t.dtype, dims=dims, reshape=reshape))
             expected.append((triton_names[t.name], t.dtype, dims))
     emission = Emission(plan=plan, expected=(expected_in, expected_out))
+    if pairs:
+        plan.sequence = _sequence_plan(ws, st, pairs, triton_names, batching, opts, key, notes)
     _options_for_format(plan, fs, serving, opts, key, notes, top=top)
     if plan.python and opts.execution_env and Path(opts.execution_env).is_file():
         emission.model_files[os.path.basename(opts.execution_env)] = Path(opts.execution_env)
     _artifact_files(ws, fs, key, serving, emission, notes, st.environment.get("packages") or {})
-    if opts.warmup:
+    if opts.warmup and plan.sequence is None:   # a warm-up request is no sequence step
         _warmup(ws, plan, emission, batching)
     if top and opts.labels:
         _labels(plan, emission, opts.labels)
     return emission
+
+
+def _state_spec(st, name: str):
+    return next(t for t in st.signature.inputs if t.name == name)
+
+
+def _sequence_plan(ws, st, pairs, triton_names: dict, batching: bool, opts: TritonOptions, key: str,
+                   notes: list[str]):
+    """The sequence batcher of a stateful model: one implicit state per pair, zeros at the start of
+    each sequence (Triton leaves a state uninitialised otherwise), its dims those of the first stored
+    step (an initial state needs fixed dims), less the batch dim when batching."""
+    from navigator.triton.config import SequencePlan, StatePlan
+    from navigator.workspace import npz
+
+    sample = npz.load(ws.sample_file("inputs", 0)) if ws.sample_file("inputs", 0).is_file() else {}
+    states = []
+    for i, o in pairs:
+        spec = _state_spec(st, i)
+        shape = list(sample[i].shape) if i in sample else list(spec.shape)
+        dims = shape[1:] if batching else shape
+        if any(d < 0 for d in dims):
+            raise UserInputError(f"{key}: state {i!r} has no fixed shape ({spec.shape}) and no stored sample gives "
+                                 "one: the sequence batcher's initial state needs fixed dims")
+        states.append(StatePlan(input_name=triton_names.get(i, i), output_name=triton_names.get(o, o),
+                                dtype=spec.dtype, dims=dims))
+    notes.append(f"{key}: stateful ({', '.join(f'{i} -> {o}' for i, o in pairs)}): served by the sequence batcher "
+                 f"({opts.sequence_strategy}) with implicit state, zeros at each sequence start; a client sends "
+                 "each step with its sequence id (and start / end flags), never the state; "
+                 f"the state is sized for steps shaped as the stored ones "
+                 f"({', '.join(f'{n} {list(a.shape)}' for n, a in sample.items() if n not in dict(pairs))})")
+    return SequencePlan(states=states, strategy=opts.sequence_strategy,
+                        max_candidate_sequences=opts.max_candidate_sequences, idle_us=opts.sequence_idle_us)
 
 
 def _cuda_accelerator(plan: ModelPlan) -> dict[str, str]:
@@ -335,7 +386,11 @@ def _options_for_format(plan: ModelPlan, fs, serving: backends.Serving, opts: Tr
     gpu = plan.instance_kind == "KIND_GPU"
     native_onnx = serving.platform == "onnxruntime_onnx"
     plan_file = serving.platform == "tensorrt_plan"
-    if plan.max_batch_size > 0 and opts.dynamic_batching or opts.priority_levels or opts.queue_policy:
+    if plan.sequence is not None:   # the sequence batcher schedules it: no dynamic batcher beside it
+        if opts.priority_levels or opts.queue_policy:
+            raise UserInputError(f"--priority-levels / --queue-policy set the dynamic batcher; {key} is stateful "
+                                 "and served by the sequence batcher")
+    elif plan.max_batch_size > 0 and opts.dynamic_batching or opts.priority_levels or opts.queue_policy:
         db = {}
         if plan.max_batch_size > 0:
             if opts.preferred_batch_sizes:

@@ -134,8 +134,7 @@ def test_dims_from_signature_shapes():
     assert cfg_mod.expected_dims([-1, 16, 3], True) == ([16, 3], None)
     assert cfg_mod.expected_dims([-1, -1], False) == ([-1, -1], None)
     assert cfg_mod.expected_dims([-1], True) == ([1], [])
-    with pytest.raises(UserInputError, match="scalar"):
-        cfg_mod.expected_dims([], False)
+    assert cfg_mod.expected_dims([], False) == ([1], None)   # a rank-0 input (a sample rate) without batching
     assert cfg_mod.triton_dtype("bool") == "TYPE_BOOL" and cfg_mod.triton_dtype("bfloat16") == "TYPE_BF16"
     with pytest.raises(UserInputError, match="no Triton data type"):
         cfg_mod.triton_dtype("complex64")

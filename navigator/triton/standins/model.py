@@ -10,7 +10,11 @@ backend), so the unchanged native ``config.pbtxt`` files navigator emits
 (``backend: "onnxruntime"`` / ``"openvino"``, or platform ``onnxruntime_onnx``)
 load and serve on a machine whose Triton build has only the Python backend.
 They exist for quick local checks and tests; performance, threading and GPU
-execution are not modelled: deploy with the real backends. What changes the
+execution are not modelled: deploy with the real backends. A stateful model's
+implicit state (``sequence_batching.state``) is kept here per correlation id,
+zeros at a sequence's START flag and forgotten at its END: the Python backend
+has no implicit state of its own, so the stand-in does what the onnxruntime
+backend does with Triton's state. What changes the
 numbers is modelled as the real backends do it: onnxruntime's graph optimisation
 level (``optimization.graph.level``: -1 basic, 1 extended, 2 disabled, else all)
 and OpenVINO's inference precision, which that backend cannot pin to f32 (only
@@ -71,6 +75,16 @@ def config_tensors(config, key):
     return out
 
 
+def config_states(config):
+    """[(input name, output name, data_type, dims)] of sequence_batching.state: the implicit state the
+    sequence batcher keeps (Triton sets it to zeros at a sequence's start: initial_state zero_data)."""
+    out = []
+    for st in (config.get("sequence_batching") or {}).get("state", []) or []:
+        out.append((st["input_name"], st["output_name"], st.get("data_type", "TYPE_INVALID"),
+                    [int(d) for d in st.get("dims", [])]))
+    return out
+
+
 def _shape(dims):
     return "[" + ",".join(str(d) for d in dims) + "]"
 
@@ -84,10 +98,19 @@ def check(model_name, backend, config, model_inputs, model_outputs, input_count=
     batching = int(config.get("max_batch_size", 0) or 0) > 0
     head = "%s stand-in: model '%s'" % (backend, model_name)
     cfg_inputs = config_tensors(config, "input")
+    states = config_states(config)
     count = len(model_inputs) if input_count is None else input_count
-    if len(cfg_inputs) != count:
+    # as the onnxruntime backend counts them: the configuration's inputs and its implicit states
+    if len(cfg_inputs) + len(states) != count:
         raise ModelConfigMismatch("%s: the configuration expects %d inputs, the model provides %d (%s)"
-                                  % (head, len(cfg_inputs), count, ", ".join(model_inputs)))
+                                  % (head, len(cfg_inputs) + len(states), count, ", ".join(model_inputs)))
+    for name, output_name, dtype, dims in states:
+        for kind, table, tname in (("input", model_inputs, name), ("output", model_outputs, output_name)):
+            if tname not in table:
+                raise ModelConfigMismatch("%s: state %s '%s' is not a model %s" % (head, kind, tname, kind))
+            if table[tname][0] != dtype:
+                raise ModelConfigMismatch("%s: state '%s' is %s in the configuration but %s in the model"
+                                          % (head, tname, dtype, table[tname][0]))
     for kind, cfg_list, model_map in (("input", cfg_inputs, model_inputs),
                                       ("output", config_tensors(config, "output"), model_outputs)):
         for name, dtype, dims in cfg_list:
@@ -101,6 +124,8 @@ def check(model_name, backend, config, model_inputs, model_outputs, input_count=
             if model_dims is None:       # rank unknown: nothing more to check
                 continue
             full = ([-1] if batching else []) + list(dims)
+            if not batching and not model_dims and all(d == 1 for d in dims):
+                continue   # a rank-0 model tensor is dims [1] without batching (the backend feeds a scalar)
             if batching and (not model_dims or model_dims[0] != -1):
                 raise ModelConfigMismatch(
                     "%s: max_batch_size > 0 but the first dimension of %s '%s' is not variable in the model "
@@ -139,11 +164,35 @@ class StandinModel:
         check(name, self.BACKEND, config, inputs, outputs, getattr(self, "input_count", None))
         self.inputs = [n for n, _, _ in config_tensors(config, "input")]
         self.outputs = [n for n, _, _ in config_tensors(config, "output")]
+        # rank-0 model inputs arrive as [1] (dims [1] without batching): fed as scalars
+        self.scalars = {n for n, (_, dims) in inputs.items() if dims == []}
+        self.states = config_states(config)
+        self.batching = int(config.get("max_batch_size", 0) or 0) > 0
+        self.sequences = {}    # correlation id -> {state input: array}: the implicit state of each sequence
         log("navigator CPU stand-in for Triton's %s backend (a test double, not NVIDIA's backend): "
             "model '%s' loaded from %s with %s" % (self.BACKEND, name, path, version))
 
     def resolve(self, args, config):
         return model_path(args, config, self.DEFAULT_FILE)
+
+    def _state(self, request, feeds):
+        """Implicit state, kept here per correlation id since the Python backend has none of its own
+        (Triton's core hands it no state to update): zeros at a sequence's start, then each step's
+        state output; forgotten at its end."""
+        corrid = request.correlation_id()
+        start = bool(request.flags() & getattr(pb_utils, "TRITONSERVER_REQUEST_FLAG_SEQUENCE_START", 1))
+        if start or corrid not in self.sequences:
+            self.sequences[corrid] = {
+                name: np.zeros(([1] if self.batching else []) + dims, NUMPY.get(dtype, np.float32))
+                for name, _, dtype, dims in self.states}
+        feeds.update(self.sequences[corrid])
+        return corrid
+
+    def _keep_state(self, request, corrid, results):
+        if request.flags() & getattr(pb_utils, "TRITONSERVER_REQUEST_FLAG_SEQUENCE_END", 2):
+            self.sequences.pop(corrid, None)
+        else:
+            self.sequences[corrid] = {name: results[output] for name, output, _, _ in self.states}
 
     def execute(self, requests):
         responses = []
@@ -155,7 +204,12 @@ class StandinModel:
                     if tensor is None:
                         raise ValueError("the request has no input '%s'" % name)
                     feeds[name] = tensor.as_numpy()
+                    if name in self.scalars and not self.batching:
+                        feeds[name] = feeds[name].reshape(())
+                corrid = self._state(request, feeds) if self.states else None
                 results = self.run(feeds)
+                if self.states:
+                    self._keep_state(request, corrid, results)
                 tensors = [pb_utils.Tensor(name, np.ascontiguousarray(results[name])) for name in self.outputs]
                 responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
             except Exception as e:
