@@ -336,6 +336,38 @@ def problems(cfg) -> list[str]:
         missing = inputs - set(w.inputs)
         if missing:
             out.append(f"{name}: warm-up {w.name!r} does not feed {sorted(missing)}")
+    if cfg.HasField("sequence_batching"):
+        out += _sequence_problems(cfg)
+    return out
+
+
+def _sequence_problems(cfg) -> list[str]:
+    """The sequence batcher's rules (sequence_batch_scheduler / implicit state): a state is no config
+    input or output, has a type and dims, and an initial state fills fixed dims of its type."""
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    name, seq, out = cfg.name, cfg.sequence_batching, []
+    io = {t.name for t in cfg.input} | {t.name for t in cfg.output}
+    for st in seq.state:
+        for tname in (st.input_name, st.output_name):
+            if not tname:
+                out.append(f"{name}: a sequence_batching state lacks its input_name or output_name")
+            elif tname in io:
+                out.append(f"{name}: state tensor {tname!r} is also a config input/output (the batcher holds it)")
+        if st.data_type == mc.TYPE_INVALID or not st.dims:
+            out.append(f"{name}: state {st.input_name!r} needs a data_type and dims")
+        for init in st.initial_state:
+            if init.data_type != st.data_type:
+                out.append(f"{name}: state {st.input_name!r}: initial state {init.name!r} has another data_type")
+            if any(d < 1 for d in init.dims) or len(init.dims) != len(st.dims) or any(
+                    d != s for d, s in zip(init.dims, st.dims) if s != -1):
+                out.append(f"{name}: state {st.input_name!r}: initial state {init.name!r} dims {list(init.dims)} "
+                           f"must be fixed and fit {list(st.dims)}")
+            if not init.zero_data and not init.data_file:
+                out.append(f"{name}: state {st.input_name!r}: initial state {init.name!r} needs zero_data or "
+                           "data_file")
+    if seq.HasField("oldest") and seq.oldest.max_candidate_sequences < 1:
+        out.append(f"{name}: sequence_batching oldest.max_candidate_sequences must be >= 1")
     return out
 
 

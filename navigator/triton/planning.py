@@ -264,7 +264,13 @@ def plan_format(ws, st, key: str, name: str, opts: TritonOptions, notes: list[st
             expected.append((triton_names[t.name], t.dtype, dims))
     emission = Emission(plan=plan, expected=(expected_in, expected_out))
     if pairs:
+        from navigator.triton.clients import sequence_client
+
         plan.sequence = _sequence_plan(ws, st, pairs, triton_names, batching, opts, key, notes)
+        emission.model_files["client_sequence.py"] = sequence_client(
+            plan.name, [(t.name, t.source, cfg_mod.triton_dtype(t.dtype)[len("TYPE_"):], t.dims) for t in plan.inputs],
+            [(t.name, t.source) for t in plan.outputs], [i for i, _ in pairs])
+        emission.executable.add("client_sequence.py")
     _options_for_format(plan, fs, serving, opts, key, notes, top=top)
     if plan.python and opts.execution_env and Path(opts.execution_env).is_file():
         emission.model_files[os.path.basename(opts.execution_env)] = Path(opts.execution_env)

@@ -9,6 +9,8 @@ trained voice-activity model (state -> stateN, a rank-0 sample rate), skipped wi
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -152,6 +154,14 @@ def test_the_sequence_batcher_serves_interleaved_sequences(gru_ws, tmp_path):
                 r = client.infer(model, [x], sequence_id=sid, sequence_start=k == 0, sequence_end=k == 3)
                 got[sid].append(r.as_numpy("y"))
         client.close()
+        # the generated client sends the verified steps as one sequence: the reference, step by step
+        out = tmp_path / "client_out"
+        r = subprocess.run([sys.executable, str(repo / model / "client_sequence.py"), str(gru_ws / "samples" / "inputs"),
+                            "--url", server.grpc_url, "--sequence-id", "99", "--out", str(out)],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+    for ref in sorted((gru_ws / "samples" / "reference").glob("*.npz")):
+        np.testing.assert_allclose(npz.load(out / ref.name)["y"], npz.load(ref)["y"], rtol=1e-5, atol=1e-6)
     for sid in (11, 12):
         h = np.zeros((1, 1, 8), np.float32)
         for k in range(4):

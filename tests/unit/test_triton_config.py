@@ -117,6 +117,32 @@ def test_load_time_rules(changes, message):
     assert any(message in p for p in problems), problems
 
 
+def test_a_sequence_batcher_with_implicit_state_and_its_rules():
+    from navigator.triton.config import SequencePlan, StatePlan
+
+    state = StatePlan("h0", "hn", "float32", [1, 1, 8])
+    plan = _plan(max_batch_size=0, dynamic_batching=None, warmup=[], inputs=[TensorPlan("x", "float32", [1, -1, 4])],
+                 sequence=SequencePlan([state], strategy="oldest", max_candidate_sequences=2, idle_us=1000))
+    cfg = cfg_mod.build(plan)
+    assert not cfg.HasField("dynamic_batching") and cfg.sequence_batching.oldest.max_candidate_sequences == 2
+    (st,) = cfg.sequence_batching.state
+    assert (st.input_name, st.output_name, list(st.dims)) == ("h0", "hn", [1, 1, 8])
+    assert st.initial_state[0].zero_data and list(st.initial_state[0].dims) == [1, 1, 8]
+    assert cfg_mod.problems(cfg_mod.parse(text_format.MessageToString(cfg))) == []
+    direct = cfg_mod.build(_plan(max_batch_size=0, dynamic_batching=None, warmup=[],
+                                 inputs=[TensorPlan("x", "float32", [1, -1, 4])],
+                                 sequence=SequencePlan([state], strategy="direct")))
+    assert direct.sequence_batching.HasField("direct")
+    bad = mc.ModelConfig()
+    bad.CopyFrom(cfg)
+    bad.input.add(name="h0", data_type=mc.TYPE_FP32, dims=[1, 1, 8])
+    bad.sequence_batching.state[0].initial_state[0].dims[:] = [1, -1, 8]
+    bad.sequence_batching.state[0].initial_state[0].zero_data = False
+    problems = cfg_mod.problems(bad)
+    for needle in ("also a config input", "must be fixed", "needs zero_data or data_file"):
+        assert any(needle in p for p in problems), problems
+
+
 def test_signature_and_interface_differences():
     cfg = cfg_mod.build(_plan())
     assert cfg_mod.signature_problems(cfg, [("x", "float32", [-1, 3]), ("n", "int64", [1])],
