@@ -59,10 +59,14 @@ def prepare(model: Any, samples: Any, config: NavigatorConfig, reporter, *, fork
     A ``file.py:factory`` source and a Hugging Face folder are prepared in a worker
     (:func:`prepare_in_worker`): the user's code (and a model's weights) never load in the
     calling process."""
-    from navigator.sources import is_factory_spec, is_hf_folder_spec, open_source
+    from navigator.sources import is_factory_spec, is_hf_folder_spec, open_source, torch_file_kind
 
     if is_factory_spec(model):
         return prepare_in_worker(model, samples, config, reporter, forkserver=forkserver)
+    if torch_file_kind(model, config.model_format):   # loading one unpickles it: never in this process
+        if not Path(model).is_file():
+            raise UserInputError(f"{model}: not a regular file")
+        return prepare_in_worker(str(Path(model)), samples, config, reporter, forkserver=forkserver)
     if is_hf_folder_spec(model, config.model_format):
         from navigator.sources import hf_support
 
@@ -336,7 +340,7 @@ def run_prepare(task) -> dict:
                  "name": src.name, "factory": src.factory, "io": src.io.to_json(),
                  "index_bounds": src.index_bounds, "notes": list(src.notes),
                  "generated_float": list(src.generated_float), "reference_digest": src.reference_digest,
-                 "state_sha256": src.state_sha256,
+                 "state_sha256": src.state_sha256, "file_kind": src.file_kind,
                  "default_targets": list(src.default_targets) if src.default_targets else None}}
     from navigator.workspace.atomic import write_text
 
@@ -380,7 +384,7 @@ def _load_staged_samples(folder: Path) -> list:
 
 
 def prepare_in_worker(model: str, samples: Any, config: NavigatorConfig, reporter, *, forkserver=None) -> Prepared:
-    """Prepare a ``file.py:factory`` source (or a Hugging Face folder) in a worker under the run's --timeout and
+    """Prepare a ``file.py:factory`` source (a PyTorch model file, a Hugging Face folder) in a worker under the run's --timeout and
     --worker-memory-gb: a factory or forward that hangs, balloons, crashes or exits ends in one
     error line, never in the calling process. The worker's files live in a scratch folder of the
     workdir while it runs."""
@@ -439,7 +443,7 @@ def prepare_in_worker(model: str, samples: Any, config: NavigatorConfig, reporte
                              factory=s["factory"], signature=ModelSignature.from_dict(facts["signature"]),
                              index_bounds=s["index_bounds"], reference_runner=None, notes=s["notes"], io=io,
                              generated_float=s["generated_float"], reference_digest=s["reference_digest"],
-                             state_sha256=s["state_sha256"],
+                             state_sha256=s["state_sha256"], file_kind=s.get("file_kind"),
                              default_targets=tuple(s["default_targets"]) if s["default_targets"] else None)
     for line in facts["warnings"]:
         log.warning("%s", line)

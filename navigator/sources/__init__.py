@@ -24,7 +24,7 @@ from navigator.sources.onnx import ONNX_SUFFIXES, open_onnx
 from navigator.sources.tensorflow import open_saved_model, open_tf_object, saved_model_name
 from navigator.sources.torch import open_torch, open_torch_file
 
-__all__ = ["Source", "open_source", "default_name", "is_factory_spec", "is_hf_folder_spec"]
+__all__ = ["Source", "open_source", "default_name", "is_factory_spec", "is_hf_folder_spec", "torch_file_kind"]
 
 
 def is_hf_folder_spec(model: Any, model_format: str | None = None) -> bool:
@@ -37,6 +37,25 @@ def is_hf_folder_spec(model: Any, model_format: str | None = None) -> bool:
     path = Path(model)
     saved_model = (path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file()
     return path.is_dir() and not saved_model and is_hf_folder(path)
+
+
+_TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts", ".jit", ".torchscript")
+
+
+def torch_file_kind(model: Any, model_format: str | None = None) -> str | None:
+    """``torchscript`` / ``torch_export`` for a path to a PyTorch model file (by suffix, or
+    --model-format), else None: such a file unpickles when loaded, so it is opened in a worker."""
+    if not isinstance(model, (str, os.PathLike)) or is_factory_spec(model):
+        return None
+    path = Path(model)
+    if model_format is not None:
+        return model_format if model_format in ("torchscript", "torch_export") else None
+    suffix = path.suffix.lower()
+    if suffix in _TORCHSCRIPT_SUFFIXES and path.is_file():
+        return "torchscript"
+    if suffix == ".pt2" and path.is_file():
+        return "torch_export"
+    return None
 
 
 def is_factory_spec(model: Any) -> bool:
@@ -86,10 +105,8 @@ def _open(model: Any, model_format: str | None, signature_name: str | None, task
         if fmt is None:
             if path.suffix.lower() in ONNX_SUFFIXES:
                 fmt = "onnx"
-            elif path.suffix.lower() in (".pt", ".pth", ".ts", ".jit", ".torchscript") and path.is_file():
-                fmt = "torchscript"
-            elif path.suffix.lower() == ".pt2" and path.is_file():
-                fmt = "torch_export"
+            elif torch_file_kind(path):
+                fmt = torch_file_kind(path)
             elif path.is_dir() and ((path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file()):
                 fmt = "savedmodel"
             elif path.is_dir() and is_hf_folder(path):

@@ -300,6 +300,10 @@ def load_model_file(path: str | os.PathLike, kind: str):
     what = "TorchScript" if kind == "torchscript" else "ExportedProgram (.pt2)"
     if not zipfile.is_zipfile(path):   # both are zip archives; torch would log a traceback first
         raise UserInputError(f"{path}: not a loadable {what} (not a zip archive)")
+    if kind != "torchscript":   # torch.export.load unpickles with Python's full unpickler: read its pickles first
+        from navigator.sources.pickle_guard import check_archive
+
+        check_archive(path)
     quiet = logging.getLogger("torch.export")
     level = quiet.level
     try:
