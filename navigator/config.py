@@ -436,14 +436,11 @@ def read_yaml(path: str | os.PathLike, source: str, *, aliases: bool = False):
     block or never end) and nesting deeper than Python's recursion limit are refused."""
     from navigator.workspace import yamltext
 
+    from navigator.workspace.atomic import read_regular
+
     p = Path(path)
     try:
-        if p.exists() and not p.is_file() and not p.is_dir():
-            raise UserInputError(f"{source}: not a regular file")
-        if p.is_file() and p.stat().st_size > YAML_MAX_BYTES:
-            raise UserInputError(f"{source}: {p.stat().st_size} bytes, larger than the {YAML_MAX_BYTES} an option "
-                                 "file may have")
-        text = p.read_text(encoding="utf-8")
+        text = read_regular(p, YAML_MAX_BYTES, source).decode("utf-8")
     except FileNotFoundError:
         raise UserInputError(f"{source}: no such file") from None
     except IsADirectoryError:

@@ -89,3 +89,35 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 def write_bytes(path: str | os.PathLike, data: bytes) -> None:
     with atomic_open(path, "wb") as f:
         f.write(data)
+
+
+def read_regular(path: str | os.PathLike, max_bytes: int, what: str | None = None) -> bytes:
+    """The bytes of a regular file of at most ``max_bytes``; anything else is one UserInputError line.
+    Opened non-blocking and checked on the open descriptor, so a FIFO or a device swapped in never
+    blocks the read, and a file that grows past the cap is never read whole."""
+    import stat
+
+    from navigator.errors import UserInputError
+
+    what = what or str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise UserInputError(f"{what}: cannot read ({e.strerror or e})") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(what)
+        if not stat.S_ISREG(info.st_mode):
+            raise UserInputError(f"{what}: not a regular file")
+        if info.st_size > max_bytes:
+            raise UserInputError(f"{what}: {info.st_size} bytes, more than the {max_bytes} it may have")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise UserInputError(f"{what}: more than the {max_bytes} bytes it may have")
+        return data
+    finally:
+        os.close(fd)

@@ -11,6 +11,8 @@ from navigator.errors import UserInputError
 from navigator.workspace.atomic import write_bytes
 
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip with members, an empty zip
+MAX_INFLATED = 64 << 20   # bytes a compressed member may inflate to (np.savez_compressed)
+MAX_MEMBERS = 10_000
 
 
 def save(path: str | os.PathLike, tensors: dict) -> None:
@@ -45,7 +47,18 @@ def _check_headers(path: Path) -> None:
 
     try:
         with zipfile.ZipFile(path) as zf:
-            for info in zf.infolist():
+            members = zf.infolist()
+            if len(members) > MAX_MEMBERS:
+                raise UserInputError(f"{path}: {len(members)} members (at most {MAX_MEMBERS} tensors in one file)")
+            for info in members:
+                # sizes the zip declares are checked before a byte is inflated: a 2 MB file may claim 8 GiB
+                if info.compress_type == zipfile.ZIP_STORED and info.compress_size != info.file_size:
+                    raise UserInputError(f"{path}: member {info.filename} declares {info.file_size} bytes but "
+                                         f"stores {info.compress_size}")
+                if info.compress_type != zipfile.ZIP_STORED and info.file_size > MAX_INFLATED:
+                    raise UserInputError(
+                        f"{path}: compressed member {info.filename} inflates to {info.file_size} bytes; at most "
+                        f"{MAX_INFLATED >> 20} MiB are inflated (save large samples with np.savez, uncompressed)")
                 if not info.filename.endswith(".npy"):
                     continue
                 with zf.open(info) as member:

@@ -499,10 +499,15 @@ def _unknown_statuses(status: Status) -> list[str]:
     return bad
 
 
+STATUS_MAX_BYTES = 16 << 20   # a status.yaml of hundreds of formats is well under 1 MiB
+
+
 def load(path: str | os.PathLike) -> Status:
+    from navigator.workspace.atomic import read_regular
+
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path, STATUS_MAX_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise UserInputError(f"{path}: no status.yaml here; is this a Navigator workspace?") from None
     except (OSError, UnicodeDecodeError) as e:

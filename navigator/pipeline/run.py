@@ -4,7 +4,9 @@ record and exit code."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -130,13 +132,62 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
     ``no_warm_workers``."""
     from navigator.execution import forkserver
 
-    server = forkserver.for_run(model, config)
+    with run_caches(config.resolved().workdir):
+        server = forkserver.for_run(model, config)
+        try:
+            return _run(model, samples, config, reporter, verify_func=verify_func, defer_profiles=defer_profiles,
+                        server=server)
+        finally:
+            if server is not None:
+                server.close()
+
+
+# caches compilers keep in the system temp folder by default: a worker killed mid-write (a 0-byte
+# .so of torch.compile) would break every later run that reads the shared folder
+_CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+_CACHE_PREFIX = ".navigator-compile-cache-"
+
+
+@contextlib.contextmanager
+def run_caches(workdir):
+    """Compiler caches private to this run, in a folder of the workdir removed at its end (and
+    left-overs of runs that died removed at the next start); a variable the user set is kept."""
+    import shutil
+    import tempfile
+
+    unset = [v for v in _CACHE_VARIABLES if not os.environ.get(v)]
+    folder = None
+    if unset:
+        try:
+            root = Path(workdir or ".").resolve()
+            root.mkdir(parents=True, exist_ok=True)
+            for old in root.glob(f"{_CACHE_PREFIX}*"):
+                pid = old.name[len(_CACHE_PREFIX):].split("-")[0]
+                if pid.isdigit() and not _alive(int(pid)):
+                    shutil.rmtree(old, ignore_errors=True)
+            folder = Path(tempfile.mkdtemp(prefix=f"{_CACHE_PREFIX}{os.getpid()}-", dir=root))
+        except OSError:   # an unwritable workdir is reported by the run itself
+            folder = None
+    if folder is not None:
+        for v in unset:
+            os.environ[v] = str(folder / v.split("_")[0].lower())
     try:
-        return _run(model, samples, config, reporter, verify_func=verify_func, defer_profiles=defer_profiles,
-                    server=server)
+        yield
     finally:
-        if server is not None:
-            server.close()
+        if folder is not None:
+            for v in unset:
+                os.environ.pop(v, None)
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def _run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_func, defer_profiles: bool,

@@ -100,6 +100,19 @@ def test_npz_header_claiming_terabytes(cli, tmp_path, onnx_model):
     _nothing_in(tmp_path / "wd")
 
 
+def test_a_compressed_npz_is_never_inflated_past_its_cap(cli, tmp_path, onnx_model):
+    """A 200 KB np.savez_compressed file declaring 256 MiB of zeros: refused from the sizes its zip
+    declares, before a byte is inflated in the calling process; a zip member whose stored size
+    disagrees with its declared one is refused too."""
+    folder = tmp_path / "samples"
+    folder.mkdir()
+    np.savez_compressed(folder / "000.npz", ids=np.zeros((1 << 15, 1 << 10), np.int64))
+    assert (folder / "000.npz").stat().st_size < 1 << 20
+    one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--samples", folder, *FAST),
+                   "000.npz", "inflates to", "np.savez")
+    _nothing_in(tmp_path / "wd")
+
+
 def test_generated_samples_too_large_for_memory(cli, tmp_path, onnx_model):
     one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--shapes", "ids:100000x100000",
                        *FAST), "GiB", "--samples")
@@ -340,6 +353,26 @@ def test_a_hand_edited_status_of_the_wrong_shape_is_malformed(cli, done, edit, n
         one_line_error(cli(*args, timeout=60), "malformed status", needle)
 
 
+@pytest.mark.parametrize("command", ["triton", "report", "gate"])
+def test_a_status_yaml_too_large_or_not_a_file_is_one_line(cli, tmp_path, done, command):
+    """A 17 MiB status.yaml is refused by its size, unread; a FIFO in its place never blocks."""
+    import shutil
+
+    big = tmp_path / "big" / done.name
+    shutil.copytree(done, big)
+    with open(big / "status.yaml", "a") as f:
+        f.write("# padding\n" * (17 << 17))
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("require_formats: [onnx]\n")
+    args = {"triton": ["--repo", tmp_path / "repo"], "report": [], "gate": ["--policy", policy]}[command]
+    one_line_error(cli(command, big, *args, timeout=60), "status.yaml", "bytes, more than")
+    fifo = tmp_path / "fifo" / done.name
+    shutil.copytree(done, fifo)
+    (fifo / "status.yaml").unlink()
+    os.mkfifo(fifo / "status.yaml")
+    one_line_error(cli(command, fifo, *args, timeout=60), "status.yaml")
+
+
 def test_a_status_yaml_with_aliases_is_refused(cli, done):
     text = (done / "status.yaml").read_text()
     (done / "status.yaml").write_text("x: &a [1, 2]\ny: *a\n" + text)
@@ -408,3 +441,38 @@ def escape():
     assert r.returncode == 0, r.stdout + r.stderr
     time.sleep(17)       # every grandchild was born before the run returned: it would have written by now
     assert not marker.exists(), "a process the model's code started outlived the run"
+
+
+@pytest.mark.slow
+def test_compiler_caches_are_private_to_the_run(cli, tmp_path):
+    """torch.compile's cache is a folder of the workdir for the run (a worker killed while it links
+    leaves a 0-byte .so there, never in the shared temp folder later runs read); it is removed at
+    the end, and so are left-overs of runs that died."""
+    seen = tmp_path / "seen.txt"
+    (tmp_path / "f.py").write_text(f'''
+import os, torch
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 4)
+    def forward(self, x):
+        if not torch.compiler.is_compiling():
+            with open({str(seen)!r}, "a") as f:
+                f.write(os.environ.get("TORCHINDUCTOR_CACHE_DIR", "-") + "\\n")
+        return self.lin(x)
+def net():
+    torch.manual_seed(0)
+    return Net()
+''')
+    workdir = tmp_path / "wd"
+    stale = workdir / ".navigator-compile-cache-999999999-x"
+    (stale / "torchinductor").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    r = subprocess.run([sys.executable, "-m", "navigator", "convert", f"{tmp_path / 'f.py'}:net", "--shapes",
+                        "x:4x8", "--workdir", str(workdir), "--targets", "torch", "--runners", "torch_compile",
+                        "--no-profile", "--device", "cpu", "--timeout", "300"],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    dirs = {line for line in seen.read_text().splitlines() if line}
+    assert dirs and all(d.startswith(str(workdir.resolve() / ".navigator-compile-cache-")) for d in dirs), dirs
+    assert not list(workdir.glob(".navigator-compile-cache-*")), "the run's cache (or a dead run's) is left"
