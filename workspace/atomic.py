@@ -91,10 +91,9 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
         f.write(data)
 
 
-def read_regular(path: str | os.PathLike, max_bytes: int, what: str | None = None) -> bytes:
-    """The bytes of a regular file of at most ``max_bytes``; anything else is one UserInputError line.
-    Opened non-blocking and checked on the open descriptor, so a FIFO or a device swapped in never
-    blocks the read, and a file that grows past the cap is never read whole."""
+def open_regular(path: str | os.PathLike, what: str | None = None) -> IO[bytes]:
+    """A regular file opened for binary reading; a FIFO, a device or a socket is one UserInputError line
+    (opened non-blocking and checked on the descriptor: it never blocks). FileNotFoundError passes."""
     import stat
 
     from navigator.errors import UserInputError
@@ -106,18 +105,28 @@ def read_regular(path: str | os.PathLike, max_bytes: int, what: str | None = Non
         raise
     except OSError as e:
         raise UserInputError(f"{what}: cannot read ({e.strerror or e})") from None
-    try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise IsADirectoryError(what)
-        if not stat.S_ISREG(info.st_mode):
-            raise UserInputError(f"{what}: not a regular file")
-        if info.st_size > max_bytes:
-            raise UserInputError(f"{what}: {info.st_size} bytes, more than the {max_bytes} it may have")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(max_bytes + 1)
-        if len(data) > max_bytes:
-            raise UserInputError(f"{what}: more than the {max_bytes} bytes it may have")
-        return data
-    finally:
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
         os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(what)
+        raise UserInputError(f"{what}: not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_regular(path: str | os.PathLike, max_bytes: int, what: str | None = None) -> bytes:
+    """The bytes of a regular file of at most ``max_bytes``; anything else is one UserInputError line.
+    Opened non-blocking and checked on the open descriptor, so a FIFO or a device swapped in never
+    blocks the read, and a file that grows past the cap is never read whole."""
+    from navigator.errors import UserInputError
+
+    what = what or str(path)
+    with open_regular(path, what) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > max_bytes:
+            raise UserInputError(f"{what}: {size} bytes, more than the {max_bytes} it may have")
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise UserInputError(f"{what}: more than the {max_bytes} bytes it may have")
+    return data

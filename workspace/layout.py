@@ -297,8 +297,9 @@ class Workspace:
     def check_no_links(self, *, below: str | os.PathLike | None = None) -> None:
         """Refuse a workspace (or the part of it ``below``) that holds a symbolic link: every file
         Navigator writes lies inside the workspace, and a link there (``samples/`` pointing at
-        another folder, ``navigator.log`` at another file) would lead a write astray.
-        UserInputError naming the first link found."""
+        another folder, ``navigator.log`` at another file) would lead a write astray; or a FIFO,
+        socket or device outside ``jobs/``, which a read would block on.
+        UserInputError naming the first one found."""
         top = self.root if below is None else Path(below)
         for path in [self.root] + ([top] if top != self.root else []):
             if path.is_symlink():
@@ -313,6 +314,11 @@ class Workspace:
                 if path.is_symlink():
                     raise UserInputError(f"{path} is a symbolic link; Navigator never follows links inside a "
                                          "workspace", hint="remove the link")
+                # a FIFO, socket or device would block or never end a read (the race worker's own
+                # FIFOs live in jobs/)
+                if not (path.is_dir() or path.is_file()) and self.jobs_dir not in path.parents:
+                    raise UserInputError(f"{path} is not a regular file; Navigator reads only regular files in a "
+                                         "workspace", hint="remove it")
 
     # entries of a workspace and the kind each must be where it exists
     _KINDS = {"formats": "folder", "samples": "folder", "samples/inputs": "folder", "samples/reference": "folder",

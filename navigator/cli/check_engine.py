@@ -35,9 +35,12 @@ def _engine_yaml(plan) -> dict:
 
     p = Path(plan)
     folder = p if p.is_dir() else p.parent
+    from navigator.errors import UserInputError
+    from navigator.workspace.atomic import read_regular
+
     try:
-        return yaml.safe_load((folder / "engine.yaml").read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
+        return yaml.safe_load(read_regular(folder / "engine.yaml", 1 << 20).decode("utf-8")) or {}
+    except (OSError, UnicodeDecodeError, UserInputError, yaml.YAMLError):
         return {}
 
 

@@ -37,6 +37,7 @@ PROFILE_RESOURCE = "navigator_profile"
 BUILD_SHARE = 0.001                      # up to 1000 builds per node; CPUs bound them long before that
 OBJECT_STORE_BYTES = 96 * (1 << 20)      # tasks hand back small records; artifacts stay in the workdir
 CONNECT_TIMEOUT_S = 5.0
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"   # + empty SETTINGS
 _SOCKET_PATH_MAX = 60                    # Ray's sockets live below its temp dir: AF_UNIX paths end at 107 bytes
 
 
@@ -53,13 +54,26 @@ def _probe(address: str) -> None:
         if address == "auto":
             return
         raise UserInputError(f"--ray-address {address}: expected HOST:PORT of a Ray head node (or auto)")
+    hint = "start the cluster with `ray start --head`, or leave --ray-address out to run on this machine"
     try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=CONNECT_TIMEOUT_S):
-            pass
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=CONNECT_TIMEOUT_S) as s:
+            # a Ray head's GCS speaks gRPC: HTTP/2 answers a client preface with a SETTINGS frame. Anything
+            # else listening there (a web server, a database) would have ray.init retry for minutes
+            s.sendall(_H2_PREFACE)
+            answer = b""
+            while len(answer) < 9:
+                chunk = s.recv(9 - len(answer))
+                if not chunk:
+                    break
+                answer += chunk
+    except socket.timeout:
+        answer = b""
     except OSError as e:
-        raise UserInputError(f"--ray-address {address}: cannot connect ({e.strerror or e})",
-                             hint="start the cluster with `ray start --head`, or leave --ray-address out to run "
-                                  "on this machine") from None
+        raise UserInputError(f"--ray-address {address}: cannot connect ({e.strerror or e})", hint=hint) from None
+    if len(answer) < 9 or answer[3] != 0x04:
+        raise UserInputError(f"--ray-address {address}: something listens there but does not answer as a Ray "
+                             "head node's GCS (no gRPC / HTTP/2 settings frame within "
+                             f"{CONNECT_TIMEOUT_S:.0f} s)", hint=hint)
 
 
 class RaySession:

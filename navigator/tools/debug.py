@@ -224,6 +224,9 @@ def debug_workspace(workspace: str | os.PathLike, key: str, *, runner: str | Non
     fs = st.formats.get(key)
     if fs is None:
         raise UserInputError(f"no format {key!r} in {ws.root.name}; have: {', '.join(st.formats) or 'none'}")
+    ws.check_no_links(below=ws.samples_dir)      # what it reads: never a FIFO that blocks the read
+    if fs.path:
+        ws.check_no_links(below=ws.abs(fs.path) if ws.abs(fs.path).is_dir() else ws.abs(fs.path).parent)
     if fs.convert.status != "ok" or not fs.path:
         raise UserInputError(f"{key} was not converted ({fs.convert.status}: {fs.convert.reason}): there is no "
                              "artifact to debug")

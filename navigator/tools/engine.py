@@ -16,6 +16,7 @@ Nothing here imports TensorRT.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,10 +76,12 @@ def read_header(path: str | Path) -> PlanHeader:
     p = Path(path)
     if p.is_dir():
         p = p / "model.plan"
+    from navigator.workspace.atomic import open_regular
+
     try:
-        with open(p, "rb") as f:
+        with open_regular(p) as f:
             head = f.read(64)
-        size = p.stat().st_size
+            size = os.fstat(f.fileno()).st_size
     except FileNotFoundError:
         raise UserInputError(f"{p}: no such file") from None
     except OSError as e:

@@ -193,6 +193,41 @@ def test_bad_manifest_is_one_line_before_any_work(tmp_path, cli, onnx_model):
     one_line_error(cli("convert-many", manifest, "--max-parallel", "0"), "--max-parallel")
 
 
+@pytest.mark.parametrize("answer", [b"HTTP/1.1 400 Bad Request\r\n\r\n", None])
+def test_a_ray_address_where_something_else_listens_is_refused_at_once(tmp_path, cli, onnx_model, answer):
+    """A web server (or a silent listener) at --ray-address: ray.init retried it for minutes; the
+    probe's HTTP/2 preface gets no gRPC settings frame and the run ends in one line."""
+    import socket
+    import threading
+    import time
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+
+    def serve():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            if answer:
+                conn.sendall(answer)
+                conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    manifest = tmp_path / "zoo.yaml"
+    manifest.write_text(yaml.safe_dump({"defaults": {"targets": ["onnx"]}, "models": [str(onnx_model("foldable_mlp"))]}))
+    t0 = time.monotonic()
+    try:
+        r = cli("convert-many", manifest, "--workdir", tmp_path / "wd", "--ray-address",
+                f"127.0.0.1:{srv.getsockname()[1]}", timeout=120)
+    finally:
+        srv.close()
+    one_line_error(r, "--ray-address", "does not answer as a Ray head node")
+    assert time.monotonic() - t0 < 60
+
+
 def test_without_ray_models_run_one_at_a_time(tmp_path, onnx_model):
     """Ray blocked (an import of it fails): the models run in this process, one after another,
     with a line saying how to run them in parallel; the workspaces are navigator convert's."""

@@ -336,6 +336,22 @@ def test_special_files_are_neither_read_nor_replaced(cli, tmp_path, onnx_model, 
     link.symlink_to(tmp_path / "elsewhere.md")
     one_line_error(cli("gate", done, "--policy", policy, "--markdown", link, timeout=60), "symbolic link")
     assert link.is_symlink() and not (tmp_path / "elsewhere.md").exists()
+    plan = tmp_path / "engine.plan"
+    os.mkfifo(plan)
+    one_line_error(cli("check-engine", plan, timeout=60), "not a regular file")
+
+
+@pytest.mark.parametrize("where", ["formats/onnx-optimized/model.onnx", "samples/inputs/000.npz"])
+def test_a_fifo_in_the_workspace_never_blocks_debug_or_triton(cli, tmp_path, done, where):
+    """A format's artifact or the first sample replaced by a FIFO: debug blocked on it until killed,
+    and triton dropped its warm-up without a word; now both refuse it in one line."""
+    target = done / where
+    target.unlink()
+    os.mkfifo(target)
+    one_line_error(cli("debug", done, "onnx-optimized", timeout=60), "not a regular file")
+    one_line_error(cli("triton", done, "--repo", tmp_path / "repo", "--formats", "onnx", timeout=60),
+                   "not a regular file")
+    assert not (tmp_path / "repo").exists()
 
 
 @pytest.mark.parametrize("edit, needle", [
