@@ -474,6 +474,9 @@ def _inconsistent(status: Status) -> list[str]:
     """What the schema cannot say: the best format is one of the formats, batch_dim is a dim of
     every input, dims fit the config fields they become."""
     bad = []
+    if any(fs.convert.status == "ok" for fs in status.formats.values()) and not (
+            status.signature.inputs and status.signature.outputs):
+        bad.append("formats were converted but the signature has no inputs or no outputs")
     if status.best is not None and status.best.key not in status.formats:
         bad.append(f"best.key {status.best.key!r} is not one of the formats")
     ranks = [len(spec.shape) for spec in status.signature.inputs]

@@ -86,8 +86,10 @@ def _outputs_unchanged(ctx: RunContext, key: str, runner_key: str, recorded: str
     from navigator.workspace import npz
 
     files = sorted(ctx.ws.outputs_dir(key, runner_key).glob("*.npz"))
-    reference = ctx.status.samples.reference_sha256
-    same_reference = reference is None or reference == ctx.resume_from.samples.reference_sha256
+    # not yet recorded by this run (its reference task may still be running): the files on disk decide,
+    # so a reference edited by hand is never the one a reused verdict stands on
+    reference = ctx.status.samples.reference_sha256 or npz.files_sha256(ctx.ws.reference_files())
+    same_reference = reference == ctx.resume_from.samples.reference_sha256
     return bool(recorded) and bool(files) and npz.files_sha256(files) == recorded and same_reference
 
 

@@ -316,6 +316,24 @@ def test_an_artifact_replaced_by_hand_is_converted_and_verified_again(cli, tmp_p
     assert again.stdout.count("reused") >= 4, again.stdout          # unchanged now: every step reused
 
 
+def test_a_reference_edited_by_hand_is_computed_again_on_resume(cli, tmp_path, onnx_model, done):
+    """Every step was "reused" on a reference edited by hand, and reference_sha256 written as null:
+    now the reference is recomputed, what was verified against it is verified again, and the
+    digest recorded is the files' own."""
+    from navigator.workspace import npz
+
+    ref = done / "samples" / "reference" / "000.npz"
+    original = npz.files_sha256([ref])
+    npz.save(ref, {k: v * 2 for k, v in npz.load(ref).items()})
+    r = cli("convert", onnx_model(), "--workdir", tmp_path / "wd", "--targets", "onnx,onnx-optimized",
+            "--no-profile", "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    assert "onnx verify [onnxruntime-cpu]: reused" not in r.stdout
+    assert npz.files_sha256([ref]) == original
+    st = yaml.safe_load((done / "status.yaml").read_text())
+    assert st["samples"]["reference_sha256"] == npz.files_sha256(sorted(ref.parent.glob("*.npz")))
+
+
 def test_special_files_are_neither_read_nor_replaced(cli, tmp_path, onnx_model, done):
     fifo = tmp_path / "cfg.fifo"
     os.mkfifo(fifo)
@@ -359,6 +377,7 @@ def test_a_fifo_in_the_workspace_never_blocks_debug_or_triton(cli, tmp_path, don
     (lambda st: st.__setitem__("best", dict(st["best"], throughput="fast")), "throughput"),
     (lambda st: st.__setitem__("best", dict(st["best"], key="nosuch")), "best.key"),
     (lambda st: st.__setitem__("batch_dim", 99), "batch_dim 99"),
+    (lambda st: st.pop("signature"), "signature has no inputs"),
     (lambda st: st["signature"]["inputs"][0].__setitem__("shape", [-1, 10**30]), "dim"),
 ])
 def test_a_hand_edited_status_of_the_wrong_shape_is_malformed(cli, done, edit, needle):
