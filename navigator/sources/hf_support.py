@@ -187,7 +187,23 @@ def load_model(folder, task: Task, trust_remote_code: bool = False) -> tuple[Any
                              f"({type(e).__name__}: {' '.join(str(e).split())[:300]})") from None
     model.eval()
     missing = sorted(info.get("missing_keys") or [])
+    _refuse_mismatched_weights(model, missing, info.get("unexpected_keys") or [], where, config)
     return model, {"dtype": str(model.dtype).removeprefix("torch."), "missing": missing}
+
+
+def _refuse_mismatched_weights(model, missing: list[str], unexpected: list[str], where: str, config) -> None:
+    """A checkpoint that leaves most of the model's weights random (config.json names another
+    architecture than the weights were saved from) is no trained model: verifying its random
+    copy would say nothing about the user's. A task head the checkpoint lacks stays a note."""
+    sizes = {name: p.numel() for name, p in model.state_dict().items()}
+    total = sum(sizes.values()) or 1
+    random_share = sum(sizes.get(name, 0) for name in missing) / total
+    if random_share >= 0.5:
+        raise UserInputError(
+            f"{where}: config.json names model_type {getattr(config, 'model_type', '?')!r}, but the checkpoint does "
+            f"not fit it: {random_share:.0%} of the weights ({len(missing)} tensors) are not in it and would be "
+            f"random" + (f", and {len(unexpected)} of its tensors are unused" if unexpected else ""),
+            hint="check that config.json belongs to these weights")
 
 
 def check_model(model, task: Task, where: str) -> None:

@@ -174,6 +174,17 @@ def test_regression_against_a_baseline(ws_copy, workspace, tmp_path, capsys):
     regressions = [c for name, c in cases.items() if "throughput regression" in name]
     assert [c.find("skipped") is not None for c in regressions] == [True, True] and suite.get("failures") == "0"
     capsys.readouterr()
+    # another model's workspace is no baseline: one error line, not a passed regression check
+    for edit, needle in ((lambda st: st["model"].__setitem__("name", "resnet"), "model 'resnet'"),
+                         (lambda st: st["signature"]["outputs"][0].__setitem__("name", "scores"),
+                          "another interface")):
+        lie = ws_copy(needle.split()[0].strip("'"))
+        st = yaml.safe_load((lie / "status.yaml").read_text())
+        edit(st)
+        (lie / "status.yaml").write_text(yaml.safe_dump(st, sort_keys=False))
+        assert main(["gate", str(workspace), "--policy", str(policy), "--baseline", str(lie)]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and "earlier run of the same model" in err
 
 
 def test_gate_a_model_converts_first(cli, tmp_path):

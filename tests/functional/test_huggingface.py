@@ -192,6 +192,7 @@ def test_task_override_loads_another_head_and_says_it_is_new(hf_root, tmp_path):
     ("no_weights", "no PyTorch weights (model.safetensors or pytorch_model.bin)"),
     ("bad_task", "--task 'translation' is not supported; supported tasks: text-classification"),
     ("task_on_onnx", "--task fill-mask: applies to Hugging Face models only"),
+    ("lying_config", "config.json names model_type 'roberta', but the checkpoint does not fit it"),
 ])
 def test_bad_input_is_one_error_line(case, expected, hf_root, tmp_path):
     if case == "seq2seq":
@@ -206,6 +207,14 @@ def test_bad_input_is_one_error_line(case, expected, hf_root, tmp_path):
         (tmp_path / "cfg").mkdir()
         shutil.copy(hf_models.build("bert_classifier", hf_root) / "config.json", tmp_path / "cfg")
         args = [tmp_path / "cfg"]
+    elif case == "lying_config":   # a BERT checkpoint under a RoBERTa config: every weight would be random
+        source = hf_models.build("bert_classifier", hf_root)
+        (tmp_path / "lie").mkdir()
+        shutil.copy(source / "model.safetensors", tmp_path / "lie")
+        config = json.loads((source / "config.json").read_text())
+        config.update(model_type="roberta", architectures=["RobertaForSequenceClassification"])
+        (tmp_path / "lie" / "config.json").write_text(json.dumps(config))
+        args = [tmp_path / "lie"]
     elif case == "bad_task":
         args = [hf_models.build("bert_classifier", hf_root), "--task", "translation"]
     else:

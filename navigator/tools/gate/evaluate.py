@@ -352,6 +352,19 @@ def _check_regressions(st, base, key: str, policy: GatePolicy, diffs: list[str])
                                                 "noise_margin_from": why})
 
 
+def _same_model(st, base, where) -> None:
+    """A baseline is an earlier run of the same model: its name and its interface (input and output
+    names and dtypes). Another model's throughput says nothing about a regression of this one."""
+    def interface(s):
+        return ([(t.name, t.dtype) for t in s.signature.inputs], [(t.name, t.dtype) for t in s.signature.outputs])
+
+    if base.model.name != st.model.name or interface(base) != interface(st):
+        what = (f"model {base.model.name!r}, not {st.model.name!r}" if base.model.name != st.model.name
+                else "another interface (input / output names or dtypes)")
+        raise UserInputError(f"--baseline {where}: a workspace of {what}; a baseline is an earlier run of the same "
+                             "model")
+
+
 def evaluate(workspace: str | os.PathLike, policy: Any, *, baseline: str | os.PathLike | None = None) -> GateResult:
     """Check ``policy`` against a workspace (or a workdir holding one); never raises on a failed check."""
     from navigator.workspace import status as status_mod
@@ -367,6 +380,7 @@ def evaluate(workspace: str | os.PathLike, policy: Any, *, baseline: str | os.Pa
             raise UserInputError(f"--baseline given but {policy.source} has no max_regression")
         base_ws = Workspace.find(baseline)
         base = status_mod.load(base_ws.status_path)
+        _same_model(st, base, base_ws.root)
     checks = [_check_workspace(st)]
     for key in policy.formats:
         checks.append(_check_format(st, key))
