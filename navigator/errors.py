@@ -80,6 +80,31 @@ class GateFailed(NavigatorError):
 
 
 class Interrupted(NavigatorError):
-    """The run was stopped by SIGINT. Exit 130."""
+    """The run was stopped by SIGINT (exit 130) or SIGTERM (exit 143)."""
 
     exit_code = 130
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt would be: the run stops the same way (its
+    workers stopped, the workspace recording ``interrupted``, convert-many's summary written)."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM becomes :class:`Terminated` in the main thread (the CLI's processes), instead of an
+    exit that leaves a workspace ``running``; no-op off the main thread."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def stops_on_sigterm() -> bool:
+    import signal
+
+    return signal.getsignal(signal.SIGTERM) is _on_sigterm

@@ -91,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     verbose = bool(getattr(args, "verbose", False))
     _setup_logging(verbose)
+    from navigator.errors import Terminated, stop_on_sigterm
+
+    if args.command != "serve":   # serve stops its server on SIGTERM itself
+        stop_on_sigterm()
     try:
         module = importlib.import_module(f"navigator.cli.{args._module.replace('-', '_')}")
         return int(module.run(args) or 0)
@@ -99,9 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         if verbose:
             traceback.print_exc()
         return e.exit_code
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        terminated = isinstance(e, Terminated)
+        print("terminated" if terminated else "interrupted", file=sys.stderr)
+        return 143 if terminated else 130
     except OSError as e:
         import errno
 

@@ -20,6 +20,7 @@ tasks (:mod:`navigator.many.schedule`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -95,20 +96,51 @@ class RaySession:
         if self.address:
             _probe(self.address)
             try:
-                ray.init(address=self.address, **quiet)
+                with self._deferred_signals():
+                    ray.init(address=self.address, **quiet)
             except (ConnectionError, RuntimeError, ValueError) as e:
                 raise UserInputError(f"--ray-address {self.address}: {' '.join(str(e).split())[:300]}") from None
             return self
         self.temp_dir = tempfile.mkdtemp(prefix="navigator-ray-", dir=_short_temp_parent())
         self._env.update(auth_token_env())
         try:
-            ray.init(address="local", resources={PROFILE_RESOURCE: 1.0}, include_dashboard=False,
-                     object_store_memory=OBJECT_STORE_BYTES, _temp_dir=self.temp_dir, **quiet)
+            with self._deferred_signals():
+                ray.init(address="local", resources={PROFILE_RESOURCE: 1.0}, include_dashboard=False,
+                         object_store_memory=OBJECT_STORE_BYTES, _temp_dir=self.temp_dir, **quiet)
         except BaseException:
             self._cleanup()
             raise
         self.started = True
         return self
+
+    interrupted = False   # a Ctrl-C or SIGTERM came while Ray started: the caller stops once inside
+
+    @contextlib.contextmanager
+    def _deferred_signals(self):
+        """Ctrl-C / SIGTERM while ray.init runs are noted, not raised: an exception in the middle of
+        its native start crashed the process (exit 139, no summary). Our SIGTERM handler, which Ray's
+        own would replace, is put back after."""
+        import signal
+        import threading
+
+        from navigator.errors import stop_on_sigterm, stops_on_sigterm
+
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        ours = stops_on_sigterm()
+
+        def note(signum, frame):
+            self.interrupted = True
+
+        previous = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if ours:
+                stop_on_sigterm()
 
     def __exit__(self, *exc) -> None:
         if self.started:

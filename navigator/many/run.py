@@ -96,6 +96,12 @@ def _on_ray(m, run: dict, reporter, address: str | None, max_parallel: int | Non
     from navigator.many.schedule import phases_of, run_on_ray
 
     with cluster.RaySession(address, keep_logs=keep_logs) as session:
+        if session.interrupted:   # Ctrl-C / SIGTERM while Ray started: nothing ran, the summary says so
+            reporter.info("interrupted while Ray started: no model ran")
+            run["interrupted"] = True
+            from navigator.many.outcome import ModelOutcome
+
+            return [ModelOutcome(entry=e) for e in m.models]
         nodes = session.nodes()
         cluster.check_feasible(m, nodes, phases_of)
         where = f"the Ray cluster at {address}" if address else "a local Ray instance"

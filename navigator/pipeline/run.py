@@ -15,7 +15,7 @@ from typing import Any
 
 from navigator import formats
 from navigator.config import NavigatorConfig
-from navigator.errors import Interrupted, NavigatorError, UserInputError
+from navigator.errors import Interrupted, NavigatorError, Terminated, UserInputError
 from navigator.execution.worker import DISK_FULL_ERRNOS
 from navigator.pipeline import outcome as outcome_mod
 from navigator.pipeline import schedule
@@ -261,11 +261,14 @@ def _run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_
             log.info("done in %.2f s with %d worker processes", timings["total_s"], ctx.process_starts)
             return RunOutcome(ws, st, code, failures, targets, timings,
                               memory_tree=getattr(getattr(source, "io", None), "memory_tree", None))
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
             if ctx is not None:
                 ctx.status.state = "interrupted"
                 _save_if_possible(ctx)
-            raise Interrupted("interrupted; the workspace records state: interrupted") from None
+            stopped = Interrupted(f"{'terminated' if isinstance(e, Terminated) else 'interrupted'}; the workspace "
+                                  "records state: interrupted")
+            stopped.exit_code = 143 if isinstance(e, Terminated) else 130
+            raise stopped from None
         except NavigatorError:
             if ctx is not None and ctx.status.state == "running":
                 ctx.status.state = "interrupted"   # never leave `running` behind

@@ -448,3 +448,47 @@ def test_local_ray_measures_alone(tmp_path, cli):
         assert by_phase[steps["onnx-optimized"]["convert"]["attempt"]] == "build"
         assert {by_phase[s["attempt"]] for steps_of in steps.values() for k, s in steps_of.items()
                 if k.startswith("profile")} == {"measure"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, moment", [(signal.SIGINT, "ray starting"), (signal.SIGTERM, "model running")])
+def test_a_signal_on_local_ray_ends_with_a_summary(tmp_path, sig, moment):
+    """Ctrl-C while the local Ray starts crashed the driver (exit 139, no summary.md); SIGTERM while
+    a model ran printed Ray's stack dump, exited 1 and left its workspace `running`. Both now stop
+    the run as Ctrl-C does: exit 130, summary.md, no workspace left `running`, no Ray process left."""
+    marker, holding = tmp_path / "hold", tmp_path / "holding"
+    marker.write_text("")
+    (tmp_path / "held.py").write_text(f"""
+import os, time
+def held():
+    import torch
+    open({str(holding)!r}, "w").close()
+    while os.path.exists({str(marker)!r}):
+        time.sleep(0.05)
+    torch.manual_seed(0)
+    return torch.nn.Linear(8, 4)
+""")
+    manifest = tmp_path / "zoo.yaml"
+    manifest.write_text(yaml.safe_dump({"defaults": {"targets": ["onnx"], "device": "cpu", "no_profile": True},
+                                        "models": [{"model": "held.py:held", "shapes": "input:4x8"}]}))
+    workdir = tmp_path / "wd"
+    with ray_environment(tmp_path) as link:
+        proc = subprocess.Popen([sys.executable, "-m", "navigator", "convert-many", str(manifest), "--workdir",
+                                 str(workdir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=tmp_path, preexec_fn=interruptible)
+        deadline = time.monotonic() + 120
+        started = (lambda: any(link.iterdir())) if moment == "ray starting" else holding.exists
+        while time.monotonic() < deadline and proc.poll() is None and not started():
+            time.sleep(0.02)
+        assert started(), f"never reached: {moment}"
+        proc.send_signal(sig)
+        try:
+            out, err = proc.communicate(timeout=120)
+        finally:
+            marker.unlink()
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err and "interrupted" in err and (workdir / "summary.md").is_file()
+    for ws in workdir.glob("*.nav.workspace"):
+        if (ws / "status.yaml").is_file():
+            assert yaml.safe_load((ws / "status.yaml").read_text())["state"] != "running"
+    _no_navigator_workers(workdir)

@@ -26,9 +26,11 @@ raise SystemExit(main(sys.argv[1:]))
 """
 
 
-def test_sigint_stops_cleanly(tmp_path, onnx_model):
-    """Ctrl-C while a worker runs (a converter that never ends, so the signal cannot come after the
-    run, however fast the machine): exit 130, `interrupted`, no worker left, the lock free."""
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_sigint_stops_cleanly(tmp_path, onnx_model, sig, code, word):
+    """Ctrl-C (or SIGTERM: it left the workspace `running`) while a worker runs (a converter that
+    never ends, so the signal cannot come after the run, however fast the machine): exit 130
+    (143), `interrupted`, no worker left, the lock free."""
     from ..conftest import ROOT
 
     model = onnx_model("foldable_mlp")
@@ -40,10 +42,10 @@ def test_sigint_stops_cleanly(tmp_path, onnx_model):
                              "--no-profile"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=interruptible)
     wait_for_worker(f"navigator._worker {ws}/jobs/onnx-hang", proc)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, (out, err)
-    assert "Traceback" not in err and "interrupted" in err
+    assert proc.returncode == code, (out, err)
+    assert "Traceback" not in err and word in err
     st = yaml.safe_load((ws / "status.yaml").read_text())
     assert st["state"] == "interrupted"
     # no worker left behind
