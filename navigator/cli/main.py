@@ -110,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         import errno
 
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):   # the machine's state, not a bug: nothing written is kept half
+            where = f" writing {e.filename}" if e.filename else ""
+            print(f"error: the disk is full{where} ({e.strerror or e}); free space or write elsewhere", file=sys.stderr)
+            return 2
         if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             return _internal_error(e, verbose)
         # a read-only mount or a folder of another user: the user's setting, not a bug

@@ -19,6 +19,8 @@ never imports torch.
 
 from __future__ import annotations
 
+import math
+
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,7 +167,8 @@ def _resources(where: str, value: Any, base: Resources) -> Resources:
     for key in ("cpus", "gpus", "memory_gb"):
         if key in spec:
             v = spec[key]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or (key != "gpus" and v == 0):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (
+                    key != "gpus" and v == 0):
                 bound = ">= 0" if key == "gpus" else "> 0"
                 raise UserInputError(f"{where}.{key}: expected a number {bound}, got {v!r}")
             out[key] = float(v)

@@ -17,6 +17,8 @@ import html
 import os
 from pathlib import Path
 
+from navigator.errors import UserInputError
+
 # blocks: ("h", level, text) | ("p", text) | ("table", header, rows) | ("img", path, alt) | ("code", text)
 
 
@@ -56,7 +58,10 @@ def blocks(ws, st) -> list[tuple]:
         out.append(("h", 2, "Serving profile"))
         out.append(("p", "Not run. `navigator profile WS --triton` measures the model served by Triton."))
         return out
-    out += serving_blocks(ws, sv)
+    try:
+        out += serving_blocks(ws, sv)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:   # a hand-edited `serving:` record
+        raise UserInputError(f"{ws.status_path}: malformed serving record ({type(e).__name__}: {e})") from None
     return out
 
 
@@ -76,7 +81,7 @@ def serving_blocks(ws, sv) -> list[tuple]:
         ["concurrency", ", ".join(map(str, sv.concurrency))],
         ["request batch sizes", ", ".join(map(str, sv.batch_sizes))],
         ["measurement window", f"{sv.measurement_ms} ms (stable: last 3 within 10%, at most 10)"],
-        ["duration / budget", f"{sv.duration_s} s / {sv.budget_s:g} s"
+        ["duration / budget", f"{sv.duration_s} s / " + ("no budget" if sv.budget_s is None else f"{sv.budget_s:g} s")
          + (f" (setup outside the budget: {sv.setup_s} s)" if sv.setup_s is not None else "")], ["date", sv.date],
         ["status", sv.status + (f": {sv.reason}" if sv.reason else "")]]))
     ens = getattr(sv, "ensemble", None)

@@ -27,10 +27,25 @@ PICKLED = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 OTHER_WEIGHTS = ("tf_model.h5", "flax_model.msgpack", "model.ckpt.index")
 
 
-def _json(path: Path) -> dict:
+JSON_MAX_BYTES = 256 << 20   # a tokenizer.json of a large vocabulary is tens of MB
+
+
+def _read_json(path: Path):
+    """A JSON file's content: a regular file under the cap, nesting Python's parser can take."""
+    from navigator.workspace.atomic import read_regular
+
+    text = read_regular(path, JSON_MAX_BYTES).decode("utf-8")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def json_object(path: Path) -> dict:
+    """A JSON file holding an object (one UserInputError line otherwise)."""
+    try:
+        data = _read_json(path)
+    except (OSError, UnicodeDecodeError, ValueError) as e:
         raise UserInputError(f"{path}: not a readable JSON file ({type(e).__name__}: {e})") from None
     if not isinstance(data, dict):
         raise UserInputError(f"{path}: expected a JSON object, got {type(data).__name__}")
@@ -43,8 +58,8 @@ def is_hf_folder(path: Path) -> bool:
     if not config.is_file():
         return False
     try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = _read_json(config)
+    except (OSError, UnicodeDecodeError, ValueError, UserInputError):
         return False
     return isinstance(data, dict) and ("model_type" in data or "architectures" in data)
 
@@ -87,7 +102,7 @@ class HFFolder:
 
 
 def _shards(path: Path, index_name: str) -> list[str]:
-    index = _json(path / index_name)
+    index = json_object(path / index_name)
     weight_map = index.get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise UserInputError(f"{path / index_name}: no weight_map")
@@ -104,7 +119,7 @@ def read_folder(path: str | Path, *, need_weights: bool = True) -> HFFolder:
     path = Path(path)
     if not (path / CONFIG).is_file():
         raise UserInputError(f"{path}: no config.json; a Hugging Face model folder is what save_pretrained writes")
-    config = _json(path / CONFIG)
+    config = json_object(path / CONFIG)
     weights: list[str] = []
     safetensors = True
     if (path / SAFETENSORS[0]).is_file():
@@ -120,7 +135,7 @@ def read_folder(path: str | Path, *, need_weights: bool = True) -> HFFolder:
         what = f" (it has {other[0]}, weights of another framework)" if other else ""
         raise UserInputError(f"{path}: no PyTorch weights (model.safetensors or pytorch_model.bin){what}",
                              hint="save the model with save_pretrained from transformers' PyTorch classes")
-    tok_config = _json(path / TOKENIZER_CONFIG) if (path / TOKENIZER_CONFIG).is_file() else {}
-    preprocessor = _json(path / PREPROCESSOR) if (path / PREPROCESSOR).is_file() else {}
+    tok_config = json_object(path / TOKENIZER_CONFIG) if (path / TOKENIZER_CONFIG).is_file() else {}
+    preprocessor = json_object(path / PREPROCESSOR) if (path / PREPROCESSOR).is_file() else {}
     return HFFolder(path=path, config=config, weights=weights, safetensors=safetensors,
                     tokenizer_config=tok_config, preprocessor=preprocessor)

@@ -138,8 +138,16 @@ def _settings(st, folder: Path, *, labels: bool) -> dict:
 
     from navigator.sources.hf_folder import read_folder
 
+    from navigator.sources.hf_folder import json_object
+
     info = read_folder(folder, need_weights=False)
-    tok_json = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    where = folder / "tokenizer.json"
+    tok_json = json_object(where)
+    try:   # the library's own parse: a file that reads as JSON may still be no tokenizer
+        tokenizer = Tokenizer.from_file(str(where))
+    except Exception as e:   # noqa: BLE001 - tokenizers raises plain Exception
+        raise UserInputError(f"{where}: the tokenizers library cannot read it ({' '.join(str(e).split())[:200]})") \
+            from None
     tok_cfg = info.tokenizer_config
     profiles = [p["input_ids"] for p in st.shape_profiles or [] if "input_ids" in p]
     if not profiles:
@@ -160,7 +168,7 @@ def _settings(st, folder: Path, *, labels: bool) -> dict:
                    "fixed": int(strategy["Fixed"]) if isinstance(strategy, dict) and "Fixed" in strategy else None}
     else:
         pad_token = _token(tok_cfg.get("pad_token"))
-        pad_id = Tokenizer.from_file(str(folder / "tokenizer.json")).token_to_id(pad_token) if pad_token else None
+        pad_id = tokenizer.token_to_id(pad_token) if pad_token else None
         if pad_id is None:
             pad_id = info.config.get("pad_token_id") if isinstance(info.config.get("pad_token_id"), int) else 0
         padding = {"side": "left" if tok_cfg.get("padding_side") == "left" else "right", "id": int(pad_id),

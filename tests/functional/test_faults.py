@@ -177,6 +177,20 @@ def test_real_full_filesystem(cli, tiny_fs, tmp_path, onnx_model):
     assert r.returncode == 0, r.stderr
 
 
+def test_triton_on_a_full_filesystem(cli, tiny_fs, tmp_path, onnx_model):
+    """`navigator triton` into a repository on a full disk: exit 2 with one line (it was an
+    internal error, exit 3), and no half-written model left in the repository."""
+    model = onnx_model("foldable_mlp")
+    r = cli("convert", model, "--workdir", tmp_path / "wd", "--targets", "onnx", "--no-profile", "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    st = os.statvfs(tiny_fs)
+    with open(tiny_fs / "filler", "wb") as f:
+        f.write(b"\0" * (st.f_bavail * st.f_frsize - 4 * 1024))
+    r = cli("triton", tmp_path / "wd", "--repo", tiny_fs / "repo", timeout=120)
+    one_line_error(r, "disk is full")
+    assert not (tiny_fs / "repo").exists() or not any(p.name == "config.pbtxt" for p in (tiny_fs / "repo").rglob("*"))
+
+
 # --------------------------------------------------------------------------- in-process timeout
 SCRIPT = """
 import sys, time, shutil
