@@ -99,7 +99,10 @@ def _task() -> Task:
 
 
 def _old(verify_hash: str | None, profile_hash: str | None, convert_hash="conv-hash", outputs_sha256=None) -> Status:
+    from navigator.workspace import npz
+
     old = Status(model=ModelInfo(name="m", source_format="onnx"))
+    old.samples.reference_sha256 = npz.files_sha256([])   # the stored reference (none here) as it recorded it
     runner = _runner(results=[(1, 10.0)])
     runner.verify.inputs_sha256, runner.profile.inputs_sha256 = verify_hash, profile_hash
     runner.verify.outputs_sha256 = outputs_sha256
