@@ -92,3 +92,16 @@ class WorkspaceLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def remove_if_free(path: str | os.PathLike) -> None:
+    """Remove a ``remove=True`` lock file that nobody holds (its run was killed before releasing it);
+    one held, or anything but a regular file, is left alone."""
+    try:
+        lock = WorkspaceLock(path, remove=True)
+        if Path(path).is_symlink() or not Path(path).is_file():
+            return
+        lock.acquire()
+    except (UserInputError, OSError):
+        return
+    lock.release()

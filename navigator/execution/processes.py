@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 
 def reap(proc: subprocess.Popen, *, block: bool) -> tuple[int | None, float | None]:
@@ -34,6 +35,28 @@ def reap(proc: subprocess.Popen, *, block: bool) -> tuple[int | None, float | No
         return None, None
     proc.returncode = os.waitstatus_to_exitcode(status)
     return proc.returncode, round(usage.ru_maxrss / 1024, 1)
+
+
+def alive(pid: int) -> bool:
+    """Whether a process of this pid runs (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def left_by_dead_runs(folder: Path, prefix: str) -> list[Path]:
+    """Entries of ``folder`` named ``<prefix><pid>-…`` whose process no longer runs: what a killed run
+    left behind (a staging folder, a cache)."""
+    out = []
+    for entry in folder.glob(f"{prefix}*"):
+        pid = entry.name[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and not entry.is_symlink() and not alive(int(pid)):
+            out.append(entry)
+    return out
 
 
 def kill_group(pgid: int) -> None:

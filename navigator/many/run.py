@@ -65,17 +65,21 @@ def convert_many(manifest: Any, *, workdir: str | os.PathLike | None = None, ray
         m.workdir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserInputError(f"--workdir: cannot create {m.workdir}: {e.strerror or e}") from None
-    if use_ray:
-        outcomes = _on_ray(m, run, reporter, ray_address, max_parallel, keep_ray_logs)
-    else:
-        reporter.warn(NO_RAY.format(n=len(m.models)))
-        _begin(m, run)
-        from navigator.many.schedule import run_in_order
+    from navigator.workspace.lock import WorkspaceLock
 
-        outcomes = run_in_order(m, run, reporter)
-    result = ManyResult(manifest=m, models=outcomes, parallel=use_ray, wall_s=time.monotonic() - start,
-                        interrupted=bool(run.get("interrupted")))
-    result.summary_path = summary.write(result)
+    # one convert-many per workdir: two would share summary.md and each other's models half-way
+    with WorkspaceLock(m.workdir / ".convert-many.lock", what=f"workdir {m.workdir}", remove=True):
+        if use_ray:
+            outcomes = _on_ray(m, run, reporter, ray_address, max_parallel, keep_ray_logs)
+        else:
+            reporter.warn(NO_RAY.format(n=len(m.models)))
+            _begin(m, run)
+            from navigator.many.schedule import run_in_order
+
+            outcomes = run_in_order(m, run, reporter)
+        result = ManyResult(manifest=m, models=outcomes, parallel=use_ray, wall_s=time.monotonic() - start,
+                            interrupted=bool(run.get("interrupted")))
+        result.summary_path = summary.write(result)
     summary.show(result, reporter)
     reporter.info(f"summary: {result.summary_path}")
     return result

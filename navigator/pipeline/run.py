@@ -155,16 +155,16 @@ def run_caches(workdir):
     import shutil
     import tempfile
 
+    from navigator.execution.processes import left_by_dead_runs
+
     unset = [v for v in _CACHE_VARIABLES if not os.environ.get(v)]
     folder = None
     if unset:
         try:
             root = Path(workdir or ".").resolve()
             root.mkdir(parents=True, exist_ok=True)
-            for old in root.glob(f"{_CACHE_PREFIX}*"):
-                pid = old.name[len(_CACHE_PREFIX):].split("-")[0]
-                if pid.isdigit() and not _alive(int(pid)):
-                    shutil.rmtree(old, ignore_errors=True)
+            for old in left_by_dead_runs(root, _CACHE_PREFIX):
+                shutil.rmtree(old, ignore_errors=True)
             folder = Path(tempfile.mkdtemp(prefix=f"{_CACHE_PREFIX}{os.getpid()}-", dir=root))
         except OSError:   # an unwritable workdir is reported by the run itself
             folder = None
@@ -179,15 +179,6 @@ def run_caches(workdir):
                 os.environ.pop(v, None)
             shutil.rmtree(folder, ignore_errors=True)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def _run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_func, defer_profiles: bool,

@@ -268,23 +268,17 @@ def _stage_root(repo: Path) -> Path:
 
 
 def _remove_stale_stages(repo: Path, folder: Path) -> None:
-    """Staging folders left by a ``navigator triton`` that was killed (its pid no longer runs)."""
-    for stale in folder.glob(f"{_stage_prefix(repo)}*"):
-        pid = stale.name[len(_stage_prefix(repo)):].split("-", 1)[0]
-        if not stale.is_dir() or stale.is_symlink() or not pid.isdigit() or _alive(int(pid)):
-            continue
-        log.warning("removing %s, left by a navigator triton run (pid %s) that did not finish", stale, pid)
-        shutil.rmtree(stale, ignore_errors=True)
+    """Staging folders left by a ``navigator triton`` that was killed (its pid no longer runs), and
+    the model lock files of such runs (a lock nobody holds)."""
+    from navigator.execution.processes import left_by_dead_runs
+    from navigator.workspace.lock import remove_if_free
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    for stale in left_by_dead_runs(folder, _stage_prefix(repo)):
+        if stale.is_dir():
+            log.warning("removing %s, left by a navigator triton run that did not finish", stale)
+            shutil.rmtree(stale, ignore_errors=True)
+    for lock in repo.glob(".navigator-*.lock"):
+        remove_if_free(lock)
 
 
 def model_locks(repo: Path, names: list[str]):

@@ -492,3 +492,41 @@ def held():
         if (ws / "status.yaml").is_file():
             assert yaml.safe_load((ws / "status.yaml").read_text())["state"] != "running"
     _no_navigator_workers(workdir)
+
+
+def test_two_runs_on_one_workdir_do_not_collide(tmp_path):
+    """A second convert-many on a workdir another one is using: one line, exit 2, nothing of the
+    first run touched (both wrote summary.md and half-shared the models). Ray blocked: in order."""
+    marker, holding = tmp_path / "hold", tmp_path / "holding"
+    marker.write_text("")
+    (tmp_path / "held.py").write_text(f"""
+import os, time
+def held():
+    import torch
+    open({str(holding)!r}, "w").close()
+    while os.path.exists({str(marker)!r}):
+        time.sleep(0.05)
+    torch.manual_seed(0)
+    return torch.nn.Linear(8, 4)
+""")
+    manifest = tmp_path / "zoo.yaml"
+    manifest.write_text(yaml.safe_dump({"defaults": {"targets": ["onnx"], "device": "cpu", "no_profile": True},
+                                        "models": [{"model": "held.py:held", "shapes": "input:4x8"}]}))
+    code = ("import sys\nsys.modules['ray'] = None\nfrom navigator.cli.main import main\n"
+            f"sys.exit(main(['convert-many', {str(manifest)!r}, '--workdir', {str(tmp_path / 'wd')!r}]))")
+    first = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and first.poll() is None and not holding.exists():
+            time.sleep(0.05)
+        assert holding.exists(), "the first run never started its model"
+        second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                                cwd=tmp_path)
+        one_line_error(second, "is in use by another navigator run")
+        assert not (tmp_path / "wd" / "summary.md").exists()
+    finally:
+        marker.unlink()
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, out + err
+    assert (tmp_path / "wd" / "summary.md").is_file() and not (tmp_path / "wd" / ".convert-many.lock").exists()

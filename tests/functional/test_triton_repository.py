@@ -369,6 +369,20 @@ def test_onnx_external_data_is_laid_out_as_triton_expects(tmp_path):
     assert "EXECUTION_ENV_PATH" in (python.models[0].path / "README.md").read_text()
 
 
+def test_what_a_killed_triton_run_left_is_removed_by_the_next(classifier, tmp_path, cli):
+    """A killed `navigator triton` left its model lock file in the repository and its staging folder
+    beside it; the next run removes both (a lock nobody holds, a folder of a pid that is gone)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / ".navigator-token_classifier.lock").write_text("999999999\n")
+    stale = tmp_path / ".repo.navigator-999999999-abc"
+    (stale / "token_classifier").mkdir(parents=True)
+    r = cli("triton", classifier, "--repo", repo, "--formats", "onnx")
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in repo.iterdir()) == ["token_classifier"]
+    assert not stale.exists()
+
+
 def test_a_workspace_in_use_is_refused(classifier, tmp_path, cli):
     from navigator.workspace.lock import WorkspaceLock
 
