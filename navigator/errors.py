@@ -27,8 +27,10 @@ def plain_reason(text: str, limit: int = 500) -> str:
 
 
 def error_text(e: BaseException, limit: int = 500) -> str:
-    """``Type: message`` of an exception as one plain line (:func:`plain_reason`)."""
-    return plain_reason(f"{type(e).__name__}: {e}".strip(), limit)
+    """``Type: message`` of an exception as one plain line (:func:`plain_reason`); a NavigatorError's
+    hint (its cure) comes with it."""
+    text = e.one_line() if isinstance(e, NavigatorError) else str(e)
+    return plain_reason(f"{type(e).__name__}: {text}".strip(), limit)
 
 
 class NavigatorError(Exception):

@@ -126,6 +126,23 @@ def cosine(out, ref, batch_dim: int | None = None) -> float:
     return 1.0 if na == 0 and nb == 0 else (float(a @ b) / (na * nb) if na and nb else 0.0)
 
 
+def norm_change(out, ref, batch_dim: int | None = None) -> float:
+    """The largest relative change of a row's length, ``| ||out|| / ||ref|| - 1 |`` (the whole tensor
+    when unbatched): what a cosine cannot see (an embedding scaled by 10 keeps cosine 1)."""
+    import numpy as np
+
+    o, r = _rows(out, batch_dim), _rows(ref, batch_dim)
+    no, nr = np.linalg.norm(o, axis=1), np.linalg.norm(r, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        change = np.where(nr > 0, np.abs(no / nr - 1.0), np.where(no > 0, np.inf, 0.0))
+    return float(change.max()) if change.size else 0.0
+
+
+def norm_budget(threshold: float | None) -> float:
+    """The length change a cosine rule allows: ten times its angle budget (cosine 0.999: 1%)."""
+    return 10.0 * (1.0 - (threshold if threshold is not None else 1.0))
+
+
 def _rows(a, batch_dim: int | None):
     """``a`` as (samples, values): one row per batch entry (the whole tensor when unbatched)."""
     import numpy as np
@@ -187,7 +204,8 @@ def accepted(rule, candidate, ref, *, allow_nan: bool = False, error_stat: str =
         return np.count_nonzero(mismatches(rule, candidate, ref)) / max(1, ref.size) <= (rule.threshold or 0.0)
     if mode == "cosine":
         rows = batch_dim if kind is not None else None
-        return cosine(candidate, ref, rows) >= (rule.threshold if rule.threshold is not None else 1.0)
+        return cosine(candidate, ref, rows) >= (rule.threshold if rule.threshold is not None else 1.0) and \
+            norm_change(candidate, ref, rows) <= norm_budget(rule.threshold)
     if mode == "top1":
         agree, rows = top1_rows(candidate, ref, kind, batch_dim)
         return rows == 0 or agree / rows >= (rule.threshold or 0.0)

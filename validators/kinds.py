@@ -29,6 +29,7 @@ NMS_IOU = 0.45            # ... and survives non-maximum suppression at this IoU
 MATCH_IOU = 0.5           # a detection matches the reference's at this IoU, same class ...
 SCORE_DELTA = 0.1         # ... and a score within this
 _NAME_HINTS = (("logits", ("logit",)), ("embedding", ("embed", "hidden", "feature", "pool", "vector")))
+_MIN_AXIS = {"logits": 2, "embedding": 8}
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,8 @@ def infer(name: str, arrays, batch_dim: int | None, declared: str | None = None)
         return Kind("scores", reason="values in [0, 1]")
     lowered = name.lower()
     for kind, hints in _NAME_HINTS:
-        if any(h in lowered for h in hints) and a0.ndim >= 2:
+        # a class axis needs 2 classes for a top-1, a vector 8 values for a cosine to say anything
+        if any(h in lowered for h in hints) and a0.ndim >= 2 and a0.shape[-1] >= _MIN_AXIS[kind]:
             return Kind(kind, axis=a0.ndim - 1, reason=f"named {name!r}")
     return Kind(reason="no probabilities, scores, detections or named logits/embedding found")
 

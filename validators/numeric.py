@@ -133,6 +133,10 @@ class Accumulator:
             bound = rule.threshold if rule.threshold is not None else 1.0
             if cos < bound:
                 self.fail(f"cosine similarity {cos:.6g} < {bound:g}{where}")
+            change = controls.norm_change(out, ref, self.batch_dim if self.kind is not None else None)
+            if change > controls.norm_budget(rule.threshold):
+                self.fail(f"a row's length changed by {change:.3g} (relative) > {controls.norm_budget(rule.threshold):.3g}, "
+                          f"which the cosine rule allows{where}")
             self._stats(out, ref)
             return
         if rule.mode == "quantized":

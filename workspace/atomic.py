@@ -125,8 +125,8 @@ def read_regular(path: str | os.PathLike, max_bytes: int, what: str | None = Non
     with open_regular(path, what) as f:
         size = os.fstat(f.fileno()).st_size
         if size > max_bytes:
-            raise UserInputError(f"{what}: {size} bytes, more than the {max_bytes} it may have")
+            raise UserInputError(f"{what}: {size} bytes, larger than the {max_bytes} it may have")
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
-        raise UserInputError(f"{what}: more than the {max_bytes} bytes it may have")
+        raise UserInputError(f"{what}: larger than the {max_bytes} bytes it may have")
     return data

@@ -20,6 +20,7 @@ REPO may also be a workspace: its triton/ folder is served.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import time
 from pathlib import Path
@@ -48,7 +49,13 @@ def _repo(path: str) -> Path:
     if not repo.is_dir():
         raise UserInputError(f"model repository {repo} is not a folder")
     if (repo / "status.yaml").is_file() and (repo / "triton").is_dir():
-        return repo / "triton"
+        repo = repo / "triton"
+    # the server reads every file of a model it loads: a FIFO or a device there would hang the load
+    for folder, _, files in os.walk(repo):
+        for name in files:
+            path = Path(folder) / name
+            if not path.is_file() and not path.is_symlink():
+                raise UserInputError(f"{path}: not a regular file; a model repository holds files and folders only")
     return repo
 
 

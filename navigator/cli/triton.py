@@ -26,7 +26,8 @@ _DESTS = ("repo", "formats", "model_name", "model_version", "max_batch_size", "i
           "dynamic_batching", "max_queue_delay_us", "preferred_batch_sizes", "warmup", "python_backend", "labels",
           "response_cache", "rate_limit_resources", "rate_limit_priority", "queue_policy", "priority_levels",
           "default_priority_level", "cuda_graphs", "ort_trt_precision", "preprocess", "postprocess",
-          "execution_env", "aoti_native", "force", "tokenizer")
+          "execution_env", "aoti_native", "force", "tokenizer", "sequence_strategy", "max_candidate_sequences",
+          "sequence_idle_us")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

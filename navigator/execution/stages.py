@@ -341,7 +341,11 @@ def _verify_sequence(ws, task: Task, spec: RunnerTask, runner, io_names: dict, s
     result = verdict(checks) | {"batch_sizes": [], "outputs": checks, "load_s": round(load_s, 4),
                                 "outputs_sha256": npz.files_sha256(stored), "samples": stems}
     k = verify.sequence.get("reset_at")
-    if result["status"] == "ok" and reset_seen and not reset_rejected:
+    if result["status"] == "ok" and not reset_seen:   # one step: no state carried, nothing to reset
+        result |= {"status": "inconclusive",
+                   "reason": "the state's effect is not verified: a sequence of one step carries no state from a "
+                             "step before; give two steps or more"}
+    elif result["status"] == "ok" and not reset_rejected:
         result |= {"status": "inconclusive",
                    "reason": f"the state's effect is not verified: the reference replayed with its state reset at "
                              f"step {k} passes the rule at every step after it (the state changes nothing this "

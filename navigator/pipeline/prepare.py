@@ -148,6 +148,7 @@ def prepare_source(source, samples: Any, config: NavigatorConfig, reporter) -> P
             for batch in batches:
                 for pair in stateful["pairs"]:
                     batch[pair["input"]] = np.zeros_like(batch[pair["input"]])
+        _same_state_shapes(batches, stateful["pairs"])
         stateful["steps"] = len(batches)
         stateful["reset_at"] = len(batches) // 2 if len(batches) > 1 else None
     # a sequence has no corners: its steps follow one another
@@ -166,6 +167,21 @@ def prepare_source(source, samples: Any, config: NavigatorConfig, reporter) -> P
 
 
 STATEFUL_STEPS = 8   # generated steps of a stateful model's sequence
+
+
+def _same_state_shapes(batches: list[dict], pairs: list[dict]) -> None:
+    """The steps of one sequence are one stream: an input other than the state keeps the first step's
+    dims but its last (a chunk or a token count may vary; the batch, which the carried state was made
+    for, may not). A state input of a later step is replaced by the state carried, so it may grow."""
+    states = {p["input"] for p in pairs}
+    first = batches[0] if batches else {}
+    for k, batch in enumerate(batches[1:], 1):
+        for name in first:
+            a, b = first[name], batch[name]
+            if name not in states and a.ndim and (a.ndim != b.ndim or a.shape[:-1] != b.shape[:-1]):
+                raise UserInputError(f"sample {k:03d}: input {name!r} is {list(b.shape)}, step 000 {list(a.shape)}: "
+                                     "the steps of a stateful model are one stream, whose state was made for one "
+                                     "batch (only the last dim may vary from step to step)")
 
 
 def _stateful(sig, config: NavigatorConfig) -> dict | None:
@@ -237,13 +253,31 @@ def _inside(profile: dict, batch: dict) -> bool:
                for n, a in batch.items() if n in profile)
 
 
+# what a task rule or kind needs of an output: a float tensor of at least this rank
+_NEEDS = {"detections": 3, "probabilities": 2, "logits": 2, "embedding": 2, "scores": 1, "top1": 2, "cosine": 1,
+          "mask": 1}
+
+
 def _check_output_options(config: NavigatorConfig, sig) -> None:
     outputs = set(sig.output_names)
-    for option, values in (("--compare", config.compare), ("--atol", config.atol), ("--rtol", config.rtol)):
+    for option, values in (("--compare", config.compare), ("--atol", config.atol), ("--rtol", config.rtol),
+                           ("--output-kinds", config.output_kinds)):
         for name in values or {}:
             if name not in ("", "*") and name not in outputs:
                 raise UserInputError(f"{option}: unknown output {name!r}; the model's outputs are "
                                      f"{', '.join(repr(n) for n in sig.output_names)}")
+    specs = {t.name: t for t in sig.outputs}
+    wanted = [("--output-kinds", n, k) for n, k in (config.output_kinds or {}).items() if k != "tensor"]
+    wanted += [("--compare", n, mode) for n, (mode, _) in (config.compare or {}).items() if mode in _NEEDS]
+    for option, name, what in wanted:
+        for spec in ([specs[name]] if name in specs else sig.outputs if name in ("", "*") else []):
+            if not spec.dtype.startswith(("float", "bfloat")):
+                raise UserInputError(f"{option}: {spec.name}:{what}: output {spec.name!r} is {spec.dtype}; "
+                                     f"{what} applies to float outputs")
+            if spec.rank < _NEEDS[what]:
+                raise UserInputError(f"{option}: {spec.name}:{what}: output {spec.name!r} has rank {spec.rank} "
+                                     f"{spec.shape}; {what} needs rank {_NEEDS[what]} or more"
+                                     + (" ([batch, 4 + classes, anchors])" if what == "detections" else ""))
 
 
 def write_workspace(prep: Prepared, config: NavigatorConfig, device: str, *, keep: bool = False) -> Status:

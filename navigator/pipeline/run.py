@@ -132,7 +132,7 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
     ``no_warm_workers``."""
     from navigator.execution import forkserver
 
-    with run_caches(config.resolved().workdir):
+    with run_caches():
         server = forkserver.for_run(model, config)
         try:
             return _run(model, samples, config, reporter, verify_func=verify_func, defer_profiles=defer_profiles,
@@ -142,16 +142,16 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
                 server.close()
 
 
-# caches compilers keep in the system temp folder by default: a worker killed mid-write (a 0-byte
-# .so of torch.compile) would break every later run that reads the shared folder
+# caches compilers keep in one shared folder of the system temp folder by default: a worker killed
+# mid-write (a 0-byte .so of torch.compile) would break every later run that reads it
 _CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
-_CACHE_PREFIX = ".navigator-compile-cache-"
+_CACHE_PREFIX = "navigator-compile-cache-"
 
 
 @contextlib.contextmanager
-def run_caches(workdir):
-    """Compiler caches private to this run, in a folder of the workdir removed at its end (and
-    left-overs of runs that died removed at the next start); a variable the user set is kept."""
+def run_caches():
+    """Compiler caches private to this run, in a temp folder removed at its end (and left-overs of
+    runs that died removed at the next start); a variable the user set is kept."""
     import shutil
     import tempfile
 
@@ -161,12 +161,11 @@ def run_caches(workdir):
     folder = None
     if unset:
         try:
-            root = Path(workdir or ".").resolve()
-            root.mkdir(parents=True, exist_ok=True)
+            root = Path(tempfile.gettempdir())
             for old in left_by_dead_runs(root, _CACHE_PREFIX):
                 shutil.rmtree(old, ignore_errors=True)
             folder = Path(tempfile.mkdtemp(prefix=f"{_CACHE_PREFIX}{os.getpid()}-", dir=root))
-        except OSError:   # an unwritable workdir is reported by the run itself
+        except OSError:   # no writable temp folder: the compilers' defaults
             folder = None
     if folder is not None:
         for v in unset:

@@ -261,7 +261,7 @@ def _apply_target(r: ServingRun) -> Path:
     if not path.is_file():
         raise UserInputError(f"--apply {repo}: no {r.model}/config.pbtxt there",
                              hint=f"write the repository first: navigator triton {r.ws.root} --repo {repo}")
-    variants.check_apply(path, r.space)
+    variants.check_apply(path, r.space, measured=r.base)
     return repo
 
 

@@ -120,14 +120,28 @@ def write(path: Path, cfg) -> str:
     return text
 
 
-def check_apply(path: Path, space) -> None:
+def check_apply(path: Path, space, measured=None) -> None:
     """Before any measurement: whatever the search chooses can be written into ``path``
-    (an ensemble's target goes through :mod:`navigator.serving.ensemble` instead)."""
+    (an ensemble's target goes through :mod:`navigator.serving.ensemble` instead), and ``path`` is
+    the model ``measured`` (the config the search varies): the same tensors, the same scheduler and
+    state (a stateful config whose state block was lost would be written as if it were measured)."""
     import os
+
+    from navigator.triton import config as cfg_mod
 
     base = load_config(path)
     if base.platform == "ensemble":
         raise UserInputError(f"--apply: {path} is an ensemble; its step models carry the instance groups")
+    if measured is not None:
+        diffs = [d for d in cfg_mod.io_differences(measured, base) if not d.startswith("max_batch_size")]
+        states = [(s.input_name, s.output_name) for s in measured.sequence_batching.state]
+        if states != [(s.input_name, s.output_name) for s in base.sequence_batching.state]:
+            diffs.append(f"sequence_batching state {states or 'none'} -> "
+                         f"{[(s.input_name, s.output_name) for s in base.sequence_batching.state] or 'none'}")
+        problems = cfg_mod.problems(base)
+        if diffs or problems:
+            raise UserInputError(f"--apply: {path} is not the model that is measured ({(diffs + problems)[0]})",
+                                 hint="write it again: navigator triton WS --repo REPO")
     sizes = [b for b in space.max_batch_sizes if b] if space is not None else []
     if base.max_batch_size == 0 and sizes:
         raise UserInputError(f"--apply: {path} does not batch (max_batch_size 0), but the search varies the max "

@@ -83,6 +83,9 @@ def declared_pairs(signature, declared: dict[str, str]) -> list[StatePair]:
         if out not in outs:
             raise UserInputError(f"--state {name}={out}: the model has no output {out!r} "
                                  f"(outputs: {', '.join(outs)})")
+        if any(p.output == out for p in pairs):
+            raise UserInputError(f"--state {name}={out}: output {out!r} is already the next value of another "
+                                 "state; each state comes back as an output of its own")
         if not _same_type(ins[name], outs[out]):
             raise UserInputError(f"--state {name}={out}: {ins[name].dtype} {ins[name].shape} goes in, "
                                  f"{outs[out].dtype} {outs[out].shape} comes out: a state keeps its dtype and shape")

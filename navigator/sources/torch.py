@@ -238,9 +238,9 @@ class TorchSource(Source):
         why = hidden_state(first, again)
         if why:
             raise UserInputError(
-                f"{why} (or draws random numbers in eval mode): its formats cannot be compared call by call",
-                hint="export it with its state as an input and an output (navigator then verifies it over a "
-                     "sequence; --state IN=OUT names the pair), or reset the state inside forward()")
+                f"{why} (or draws random numbers in eval mode): its formats cannot be compared call by call; "
+                "export it with its state as an input and an output (navigator then verifies it over a "
+                "sequence; --state IN=OUT names the pair), or reset the state inside forward()")
 
     def export(self, ws, out_path: Path) -> dict:
         """Record how to rebuild the module and its I/O names (formats/torch/)."""

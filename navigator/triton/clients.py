@@ -44,6 +44,9 @@ def main():
     for k, path in enumerate(files):
         with np.load(path, allow_pickle=False) as step:
             tensors = []
+            missing = [key for key, _, _ in INPUTS.values() if key not in step.files]
+            if missing:
+                raise SystemExit("%s: no input %s (it holds %s)" % (path, ", ".join(missing), ", ".join(step.files)))
             for name, (key, datatype, dims) in INPUTS.items():
                 value = np.ascontiguousarray(step[key])
                 if value.ndim == 0:   # a rank-0 input is dims [1] in the config

@@ -85,6 +85,12 @@ class StatePlan:
     output_name: str
     dtype: str
     dims: list[int]
+    initial: bytes | None = None   # the verified initial state (row-major), else zeros
+
+    @property
+    def initial_file(self) -> str:
+        """Its file in the model's ``initial_state/`` folder (Triton's place for ``data_file``)."""
+        return f"{self.input_name}.bin"
 
 
 @dataclass
@@ -200,8 +206,12 @@ def build(plan: ModelPlan):
             init = state.initial_state.add()
             init.data_type = state.data_type
             init.dims.extend(int(d) for d in st.dims)
-            init.zero_data = True
-            init.name = "zeros"
+            if st.initial is None:
+                init.zero_data = True
+                init.name = "zeros"
+            else:
+                init.data_file = st.initial_file
+                init.name = "verified"
     if plan.cuda_graphs:
         cfg.optimization.cuda.graphs = True
     if plan.graph_level is not None:

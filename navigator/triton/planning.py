@@ -229,10 +229,12 @@ def plan_format(ws, st, key: str, name: str, opts: TritonOptions, notes: list[st
     else:
         mbs = _batching(st, fmt, opts, key, notes)
     pairs = [(p["input"], p["output"]) for p in (st.stateful or {}).get("pairs") or []]
-    if pairs and not serving.implicit_state:   # the state stays model I/O: the client carries it
-        notes.append(f"{key}: stateful, but Triton's {serving.backend} backend keeps no implicit state: the state "
-                     f"({', '.join(i for i, _ in pairs)}) stays an input and an output, each request sending the "
-                     "state the previous one returned")
+    rank0 = [i for i, _ in pairs if not _state_spec(st, i).shape]
+    if pairs and (not serving.implicit_state or rank0):   # the state stays model I/O: the client carries it
+        why = (f"Triton's {serving.backend} backend keeps no implicit state" if not serving.implicit_state else
+               f"state {rank0[0]!r} is a scalar, and Triton's implicit state needs a dim")
+        notes.append(f"{key}: stateful, but {why}: the state ({', '.join(i for i, _ in pairs)}) stays an input "
+                     "and an output, each request sending the state the previous one returned")
         pairs = []
     if pairs and mbs and any(_state_spec(st, i).shape[:1] != [-1] for i, _ in pairs):
         if opts.max_batch_size:   # Triton batches along dim 0, and a state's batch dim is elsewhere
@@ -267,6 +269,9 @@ def plan_format(ws, st, key: str, name: str, opts: TritonOptions, notes: list[st
         from navigator.triton.clients import sequence_client
 
         plan.sequence = _sequence_plan(ws, st, pairs, triton_names, batching, opts, key, notes)
+        for state in plan.sequence.states:
+            if state.initial is not None:
+                emission.model_files[f"initial_state/{state.initial_file}"] = state.initial
         emission.model_files["client_sequence.py"] = sequence_client(
             plan.name, [(t.name, t.source, cfg_mod.triton_dtype(t.dtype)[len("TYPE_"):], t.dims) for t in plan.inputs],
             [(t.name, t.source) for t in plan.outputs], [i for i, _ in pairs])
@@ -303,11 +308,20 @@ def _sequence_plan(ws, st, pairs, triton_names: dict, batching: bool, opts: Trit
         if any(d < 0 for d in dims):
             raise UserInputError(f"{key}: state {i!r} has no fixed shape ({spec.shape}) and no stored sample gives "
                                  "one: the sequence batcher's initial state needs fixed dims")
+        initial = None
+        if i in sample and sample[i].any():   # the sequence was verified from this state: it is served from it
+            value = sample[i][:1] if batching else sample[i]
+            if batching and (sample[i] != value).any():
+                raise UserInputError(f"{key}: the stored steps start from another state in each row of {i!r}; "
+                                     "Triton starts every sequence from one initial state")
+            initial = value.astype(spec.dtype).tobytes()
         states.append(StatePlan(input_name=triton_names.get(i, i), output_name=triton_names.get(o, o),
-                                dtype=spec.dtype, dims=dims))
+                                dtype=spec.dtype, dims=dims, initial=initial))
+    start = ", ".join(f"{s.input_name} from initial_state/{s.initial_file}" for s in states if s.initial) or "zeros"
     notes.append(f"{key}: stateful ({', '.join(f'{i} -> {o}' for i, o in pairs)}): served by the sequence batcher "
-                 f"({opts.sequence_strategy}) with implicit state, zeros at each sequence start; a client sends "
-                 "each step with its sequence id (and start / end flags), never the state; "
+                 f"({opts.sequence_strategy}) with implicit state, {start} at each sequence start; a client sends "
+                 "each step with its sequence id (and start / end flags), never the state; no dynamic batcher "
+                 "or warm-up beside the sequence batcher; "
                  f"the state is sized for steps shaped as the stored ones "
                  f"({', '.join(f'{n} {list(a.shape)}' for n, a in sample.items() if n not in dict(pairs))})")
     return SequencePlan(states=states, strategy=opts.sequence_strategy,
@@ -393,9 +407,13 @@ def _options_for_format(plan: ModelPlan, fs, serving: backends.Serving, opts: Tr
     native_onnx = serving.platform == "onnxruntime_onnx"
     plan_file = serving.platform == "tensorrt_plan"
     if plan.sequence is not None:   # the sequence batcher schedules it: no dynamic batcher beside it
-        if opts.priority_levels or opts.queue_policy:
-            raise UserInputError(f"--priority-levels / --queue-policy set the dynamic batcher; {key} is stateful "
-                                 "and served by the sequence batcher")
+        given = [flag for flag, on in (("--priority-levels", opts.priority_levels),
+                                       ("--queue-policy", opts.queue_policy),
+                                       ("--preferred-batch-sizes", opts.preferred_batch_sizes is not None),
+                                       ("--max-queue-delay-us", opts.max_queue_delay_us is not None)) if on]
+        if given:
+            raise UserInputError(f"{' / '.join(given)} set the dynamic batcher; {key} is stateful and served by the "
+                                 "sequence batcher, which excludes it")
     elif plan.max_batch_size > 0 and opts.dynamic_batching or opts.priority_levels or opts.queue_policy:
         db = {}
         if plan.max_batch_size > 0:

@@ -339,6 +339,9 @@ def test_batch_dim_with_no_batching(cli, tmp_path, onnx_model):
     ("--max-batch-size", "0", ("max_batch_size", ">= 1")),   # 0 was dropped as if absent
     ("--sample-count", "0", ("sample_count", ">= 1")),
     ("--target-precisions", "fp13", ("fp13",)),
+    ("--output-kinds", "nope:logits", ("--output-kinds", "unknown output 'nope'")),   # was dropped silently
+    ("--output-kinds", "probs:detections", ("probs:detections", "rank 3")),          # was an IndexError in verify
+    ("--compare", "logits:detections=0.9", ("logits:detections", "rank 3")),
 ])
 def test_bad_option_values(cli, tmp_path, onnx_model, flag, value, needles):
     one_line_error(cli("convert", onnx_model(), "--workdir", tmp_path / "wd", *FAST, f"{flag}={value}"), *needles)

@@ -88,6 +88,58 @@ def test_a_model_that_ignores_its_state_is_inconclusive(tmp_path):
     assert "state" in v["reason"]
 
 
+def _steps(folder: Path, h0: float, batches=(1,) * 6, seed: int = 5) -> Path:
+    rng = np.random.default_rng(seed)
+    folder.mkdir()
+    for k, b in enumerate(batches):
+        npz.save(folder / f"{k:03d}.npz", {"x": rng.random((1, b, 4), dtype=np.float32),
+                                           "h0": np.full((1, b, 8), h0, np.float32)})
+    return folder
+
+
+def test_one_step_or_steps_of_another_batch(cli, tmp_path):
+    """A sequence of one step carries no state: a model that ignores its state was verified ok on it,
+    now inconclusive. Steps whose batch changes are no stream (the carried state was broadcast): one line."""
+    ignores = models.save(models.gru_step(use_state=False), tmp_path / "nostate.onnx")
+    r = cli("convert", ignores, "--workdir", tmp_path / "wd", "--targets", "onnx", "--no-profile",
+            "--samples", _steps(tmp_path / "one", 0.0, batches=(1,)))
+    assert r.returncode == 1, r.stderr
+    v = _verify(_status(tmp_path / "wd" / "nostate.nav.workspace"), "onnx", "onnxruntime-cpu")
+    assert v["status"] == "inconclusive" and "sequence of one step" in v["reason"]
+    model = models.save(models.gru_step(), tmp_path / "gru.onnx")
+    one_line_error(cli("convert", model, "--workdir", tmp_path / "wd2", "--targets", "onnx", "--no-profile",
+                       "--samples", _steps(tmp_path / "mixed", 0.0, batches=(1, 1, 2, 1))),
+                   "sample 002", "one stream")
+
+
+@pytest.mark.slow
+def test_a_sequence_verified_from_a_non_zero_state_is_served_from_it(tmp_path):
+    """Steps that start from a state of 0.7: Triton served every sequence from zeros (outputs off by 2.3
+    from what was verified). The initial state now travels as initial_state/<state>.bin."""
+    import subprocess as sp
+
+    from navigator.triton.server import TritonServer, prepare
+
+    model = models.save(models.gru_step(), tmp_path / "gru.onnx")
+    result = navigator.convert(model, workdir=tmp_path / "wd", targets=["onnx"], no_profile=True, device="cpu",
+                               samples=_steps(tmp_path / "steps", 0.7), timeout=120)
+    assert result.ok, result.failures
+    prepare(quiet=True)
+    repo = tmp_path / "repo"
+    emit(result.workspace, {"repo": repo, "formats": "onnx"})
+    cfg = text_format.Parse((repo / "gru" / "config.pbtxt").read_text(), mc.ModelConfig())
+    init = cfg.sequence_batching.state[0].initial_state[0]
+    assert init.data_file == "h0.bin" and not init.zero_data
+    assert np.allclose(np.fromfile(repo / "gru" / "initial_state" / "h0.bin", np.float32), 0.7)
+    with TritonServer(repo, cpu_backends=True) as server:
+        r = sp.run([sys.executable, str(repo / "gru" / "client_sequence.py"), str(result.workspace / "samples" /
+                    "inputs"), "--url", server.grpc_url, "--out", str(tmp_path / "outs")], capture_output=True,
+                   text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+    for ref in sorted((result.workspace / "samples" / "reference").glob("*.npz")):
+        np.testing.assert_allclose(npz.load(tmp_path / "outs" / ref.name)["y"], npz.load(ref)["y"], atol=1e-6)
+
+
 def test_declared_state_and_bad_declarations(cli, tmp_path):
     model = models.save(models.gru_step(), tmp_path / "m.onnx")
     r = cli("convert", model, "--workdir", tmp_path / "wd", "--targets", "onnx", "--no-profile",

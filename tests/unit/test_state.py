@@ -51,6 +51,9 @@ def test_declared_pairs_are_checked_against_the_signature():
         declared_pairs(sig, {"carry": "z"})
     with pytest.raises(UserInputError, match="keeps its dtype and shape"):
         declared_pairs(sig, {"x": "y"})
+    two = _sig([("h0", "float32", [1, 8]), ("c0", "float32", [1, 8])], [("hn", "float32", [1, 8])])
+    with pytest.raises(UserInputError, match="already the next value of another state"):
+        declared_pairs(two, {"h0": "hn", "c0": "hn"})
 
 
 def test_parse_state():

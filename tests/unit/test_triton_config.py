@@ -30,6 +30,26 @@ def test_options_from_user_spellings():
     assert o.ort_trt_precision == "fp16" and o.repo == "/tmp/r"
 
 
+def test_every_triton_flag_reaches_the_options():
+    """Each option of `navigator triton` is handed on (three sequence-batcher flags were parsed and
+    then dropped); bad values are refused by the options, one line each."""
+    import argparse
+
+    from navigator.cli import triton as cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    dests = {a.dest for a in parser._actions if a.dest not in ("help", "workspace", "quiet", "verbose")}
+    assert dests <= set(cli._DESTS), sorted(dests - set(cli._DESTS))
+    args = parser.parse_args(["ws", "--sequence-strategy", "direct", "--max-candidate-sequences", "2",
+                              "--sequence-idle-us", "1000"])
+    o = from_mapping(cli.options_from_args(args))
+    assert (o.sequence_strategy, o.max_candidate_sequences, o.sequence_idle_us) == ("direct", 2, 1000)
+    for flag, value in (("--max-candidate-sequences", "0"), ("--sequence-idle-us", "-1")):
+        with pytest.raises(UserInputError, match=flag.lstrip("-").replace("-", "_") + "|" + flag):
+            from_mapping(cli.options_from_args(parser.parse_args(["ws", flag, value])))
+
+
 @pytest.mark.parametrize("values, message", [
     ({"formats": "best,onnx"}, "best and all stand alone"),
     ({"kind": "tpu"}, "--kind"),

@@ -12,7 +12,7 @@ load and serve on a machine whose Triton build has only the Python backend.
 They exist for quick local checks and tests; performance, threading and GPU
 execution are not modelled: deploy with the real backends. A stateful model's
 implicit state (``sequence_batching.state``) is kept here per correlation id,
-zeros at a sequence's START flag and forgotten at its END: the Python backend
+its initial state (zeros, or initial_state's data_file) at a sequence's START flag and forgotten at its END: the Python backend
 has no implicit state of its own, so the stand-in does what the onnxruntime
 backend does with Triton's state. What changes the
 numbers is modelled as the real backends do it: onnxruntime's graph optimisation
@@ -77,11 +77,43 @@ def config_tensors(config, key):
 
 def config_states(config):
     """[(input name, output name, data_type, dims)] of sequence_batching.state: the implicit state the
-    sequence batcher keeps (Triton sets it to zeros at a sequence's start: initial_state zero_data)."""
+    sequence batcher keeps (Triton sets it at a sequence's start: initial_state zero_data or data_file)."""
     out = []
     for st in (config.get("sequence_batching") or {}).get("state", []) or []:
         out.append((st["input_name"], st["output_name"], st.get("data_type", "TYPE_INVALID"),
                     [int(d) for d in st.get("dims", [])]))
+    return out
+
+
+def initial_states(config, model_dir):
+    """{state input: array} of the initial states given as ``data_file`` (in the model's
+    ``initial_state/`` folder, as Triton reads them: raw row-major values of the state's type and
+    dims); zero_data states are absent. A file that is not a regular file of the right size is refused."""
+    import stat
+
+    out = {}
+    for st in (config.get("sequence_batching") or {}).get("state", []) or []:
+        for init in st.get("initial_state", []) or []:
+            name = init.get("data_file")
+            if not name:
+                continue
+            dims = [int(d) for d in init.get("dims", st.get("dims", []))]
+            dtype = np.dtype(NUMPY.get(st.get("data_type"), np.float32))
+            path = os.path.join(model_dir, "initial_state", name)
+            want = int(np.prod(dims)) * dtype.itemsize
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            except OSError as e:
+                raise ModelConfigMismatch("initial state of '%s': cannot read %s (%s)" % (st["input_name"], path, e))
+            try:
+                info = os.fstat(fd)
+                if not stat.S_ISREG(info.st_mode) or info.st_size != want:
+                    raise ModelConfigMismatch("initial state of '%s': %s must be a regular file of %d bytes (dims %s)"
+                                              % (st["input_name"], path, want, dims))
+                data = os.read(fd, want)
+            finally:
+                os.close(fd)
+            out[st["input_name"]] = np.frombuffer(data, dtype=dtype).reshape(dims).copy()
     return out
 
 
@@ -104,7 +136,12 @@ def check(model_name, backend, config, model_inputs, model_outputs, input_count=
     if len(cfg_inputs) + len(states) != count:
         raise ModelConfigMismatch("%s: the configuration expects %d inputs, the model provides %d (%s)"
                                   % (head, len(cfg_inputs) + len(states), count, ", ".join(model_inputs)))
+    io_names = {n for n, _, _ in cfg_inputs} | {n for n, _, _ in config_tensors(config, "output")}
     for name, output_name, dtype, dims in states:
+        for tname in (name, output_name):
+            if tname in io_names:
+                raise ModelConfigMismatch("%s: state tensor '%s' is also an input or output of the configuration"
+                                          % (head, tname))
         for kind, table, tname in (("input", model_inputs, name), ("output", model_outputs, output_name)):
             if tname not in table:
                 raise ModelConfigMismatch("%s: state %s '%s' is not a model %s" % (head, kind, tname, kind))
@@ -168,6 +205,7 @@ class StandinModel:
         self.scalars = {n for n, (_, dims) in inputs.items() if dims == []}
         self.states = config_states(config)
         self.batching = int(config.get("max_batch_size", 0) or 0) > 0
+        self.initial = initial_states(config, args["model_repository"])
         self.sequences = {}    # correlation id -> {state input: array}: the implicit state of each sequence
         log("navigator CPU stand-in for Triton's %s backend (a test double, not NVIDIA's backend): "
             "model '%s' loaded from %s with %s" % (self.BACKEND, name, path, version))
@@ -177,13 +215,14 @@ class StandinModel:
 
     def _state(self, request, feeds):
         """Implicit state, kept here per correlation id since the Python backend has none of its own
-        (Triton's core hands it no state to update): zeros at a sequence's start, then each step's
+        (Triton's core hands it no state to update): its initial state at a sequence's start, then each step's
         state output; forgotten at its end."""
         corrid = request.correlation_id()
         start = bool(request.flags() & getattr(pb_utils, "TRITONSERVER_REQUEST_FLAG_SEQUENCE_START", 1))
         if start or corrid not in self.sequences:
             self.sequences[corrid] = {
-                name: np.zeros(([1] if self.batching else []) + dims, NUMPY.get(dtype, np.float32))
+                name: (self.initial[name][None] if self.batching else self.initial[name]) if name in self.initial
+                else np.zeros(([1] if self.batching else []) + dims, NUMPY.get(dtype, np.float32))
                 for name, _, dtype, dims in self.states}
         feeds.update(self.sequences[corrid])
         return corrid
