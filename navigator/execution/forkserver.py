@@ -163,6 +163,7 @@ class ForkedWorker:
         self.returncode: int | None = None
         self._sock = sock
         self._peak_mb: float | None = None
+        self.server_died = False   # it ended because the server died (killed from outside), not by itself
 
     def reap(self, *, block: bool) -> tuple[int | None, float | None]:
         """(exit code, peak RSS MiB) once the child or the server said it ended, (None, None) while it runs."""
@@ -196,6 +197,7 @@ class ForkedWorker:
         except OSError:
             data = b""
         if not data:   # the server died before it could say: the child died with it (PR_SET_PDEATHSIG)
+            self.server_died = True
             self.returncode = _zombie_exit(self.pid)
             if self.returncode is None:
                 self.returncode = -signal.SIGKILL

@@ -277,7 +277,10 @@ def run_worker(job: Job, job_path: Path, log_path: Path, *, stage_timeout_s: flo
             if code is not None:
                 outcome.returncode = code
                 kill_group(proc.pid)   # what the job started (a factory's helper process) ends with it
-                if open_stage is not None or code != 0:
+                if getattr(proc, "server_died", False):
+                    outcome.reason = ("the warm-worker server died (killed from outside?) and its worker with it; "
+                                      "the next workers start fresh (--no-warm-workers always does)")
+                elif open_stage is not None or code != 0:
                     outcome.reason = _describe_exit(code)
                 break
             used = unreclaimable_bytes(proc.pid) if limit else 0

@@ -121,9 +121,11 @@ def become_subreaper() -> bool:
         return False
 
 
-def descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid`` (from /proc: children before their own children)."""
+def descendants(pid: int, *, running: bool = False) -> list[int]:
+    """Every descendant of ``pid`` (from /proc: children before their own children); ``running``:
+    zombies (ended, not yet reaped) left out."""
     children: dict[int, list[int]] = {}
+    zombies: set[int] = set()
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -131,18 +133,34 @@ def descendants(pid: int) -> list[int]:
             with open(f"/proc/{entry.name}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
             children.setdefault(int(fields[1]), []).append(int(entry.name))
+            if fields[0] == b"Z":
+                zombies.add(int(entry.name))
         except (OSError, IndexError, ValueError):
             continue
     found, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):
-            found.append(child)
+            if not (running and child in zombies):
+                found.append(child)
             todo.append(child)
     return found
 
 
-def kill_descendants() -> None:
-    """SIGKILL every process this one started, directly or not, that is still alive."""
-    for pid in descendants(os.getpid()):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+def kill_descendants(timeout_s: float = 2.0) -> None:
+    """SIGKILL every process this one started, directly or not, until none is left: a process may
+    fork between the listing and its kill, and its child (orphaned to this subreaper) is found
+    by the next listing. Zombies are reaped on the way; gives up after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = descendants(os.getpid(), running=True)
+        if not alive:
+            return
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.005)
