@@ -127,11 +127,9 @@ def scale_of(arrays, unit: bool = False) -> float:
     or a sparse score map is scaled by its peaks, not its near-zero tail."""
     import numpy as np
 
-    values = [np.abs(np.asarray(a, dtype=np.float64)).ravel() for a in arrays if np.asarray(a).size]
-    if not values:
-        return 0.0
-    flat = np.concatenate(values)
-    flat = flat[np.isfinite(flat)]
+    from navigator.validators.tolerances import finite_magnitudes
+
+    flat = finite_magnitudes(arrays)
     if not flat.size:
         return 0.0
     top = float(flat.max())

@@ -134,17 +134,24 @@ class OutputRule:
         return text
 
 
+def finite_magnitudes(arrays):
+    """``|value|`` of every finite element of ``arrays``, flat (float64; empty when there is none)."""
+    import numpy as np
+
+    values = [np.abs(np.asarray(a, dtype=np.float64)).ravel() for a in arrays if np.asarray(a).size]
+    if not values:
+        return np.zeros(0)
+    flat = np.concatenate(values)
+    return flat[np.isfinite(flat)]
+
+
 def robust_magnitude(arrays) -> float:
     """The scale of an output over every sample: the 99th percentile of ``|value|`` over its
     finite elements, or the largest when that percentile is 0 (a mostly-zero output); 0.0 for
     an empty or all-zero output."""
     import numpy as np
 
-    values = [np.abs(np.asarray(a, dtype=np.float64)).ravel() for a in arrays if np.asarray(a).size]
-    if not values:
-        return 0.0
-    flat = np.concatenate(values)
-    flat = flat[np.isfinite(flat)]
+    flat = finite_magnitudes(arrays)
     if not flat.size:
         return 0.0
     p = float(np.percentile(flat, ROBUST_QUANTILE))

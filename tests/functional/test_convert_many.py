@@ -450,12 +450,9 @@ def test_local_ray_measures_alone(tmp_path, cli):
                 if k.startswith("profile")} == {"measure"}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("sig, moment", [(signal.SIGINT, "ray starting"), (signal.SIGTERM, "model running")])
-def test_a_signal_on_local_ray_ends_with_a_summary(tmp_path, sig, moment):
-    """Ctrl-C while the local Ray starts crashed the driver (exit 139, no summary.md); SIGTERM while
-    a model ran printed Ray's stack dump, exited 1 and left its workspace `running`. Both now stop
-    the run as Ctrl-C does: exit 130, summary.md, no workspace left `running`, no Ray process left."""
+def _held(tmp_path: Path) -> tuple[Path, Path]:
+    """``held.py:held``, a factory that says it started (``holding``) and waits while ``marker``
+    exists: a run that cannot finish before a signal, however fast the machine (no timing)."""
     marker, holding = tmp_path / "hold", tmp_path / "holding"
     marker.write_text("")
     (tmp_path / "held.py").write_text(f"""
@@ -468,6 +465,16 @@ def held():
     torch.manual_seed(0)
     return torch.nn.Linear(8, 4)
 """)
+    return marker, holding
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, moment", [(signal.SIGINT, "ray starting"), (signal.SIGTERM, "model running")])
+def test_a_signal_on_local_ray_ends_with_a_summary(tmp_path, sig, moment):
+    """Ctrl-C while the local Ray starts crashed the driver (exit 139, no summary.md); SIGTERM while
+    a model ran printed Ray's stack dump, exited 1 and left its workspace `running`. Both now stop
+    the run as Ctrl-C does: exit 130, summary.md, no workspace left `running`, no Ray process left."""
+    marker, holding = _held(tmp_path)
     manifest = tmp_path / "zoo.yaml"
     manifest.write_text(yaml.safe_dump({"defaults": {"targets": ["onnx"], "device": "cpu", "no_profile": True},
                                         "models": [{"model": "held.py:held", "shapes": "input:4x8"}]}))
@@ -497,18 +504,7 @@ def held():
 def test_two_runs_on_one_workdir_do_not_collide(tmp_path):
     """A second convert-many on a workdir another one is using: one line, exit 2, nothing of the
     first run touched (both wrote summary.md and half-shared the models). Ray blocked: in order."""
-    marker, holding = tmp_path / "hold", tmp_path / "holding"
-    marker.write_text("")
-    (tmp_path / "held.py").write_text(f"""
-import os, time
-def held():
-    import torch
-    open({str(holding)!r}, "w").close()
-    while os.path.exists({str(marker)!r}):
-        time.sleep(0.05)
-    torch.manual_seed(0)
-    return torch.nn.Linear(8, 4)
-""")
+    marker, holding = _held(tmp_path)
     manifest = tmp_path / "zoo.yaml"
     manifest.write_text(yaml.safe_dump({"defaults": {"targets": ["onnx"], "device": "cpu", "no_profile": True},
                                         "models": [{"model": "held.py:held", "shapes": "input:4x8"}]}))

@@ -308,3 +308,37 @@ def test_a_serving_profile_streams_whole_sequences(gru_ws, tmp_path, cli, tool):
         assert f"1 stream/streams with {steps} step/steps" in logs and "Sequence count" in logs
     cfg = text_format.Parse((repo / "gru_step" / "config.pbtxt").read_text(), mc.ModelConfig())
     assert cfg.sequence_batching.state and not cfg.HasField("dynamic_batching")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not deps.has("torch"), reason="needs torch")
+def test_an_lstm_step_exported_by_torch_has_two_states(tmp_path):
+    """torch.nn.LSTM (2 layers) exported one step at a time with torch.onnx.export: h0 -> hn and
+    c0 -> cn found by name, verified over the sequence, served with two implicit states."""
+    import torch
+
+    class Step(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.lstm = torch.nn.LSTM(6, 16, num_layers=2)
+            self.head = torch.nn.Linear(16, 3)
+
+        def forward(self, x, h0, c0):
+            y, (hn, cn) = self.lstm(x, (h0, c0))
+            return self.head(y), hn, cn
+
+    path = tmp_path / "lstm_step.onnx"
+    torch.onnx.export(Step().eval(), (torch.rand(1, 1, 6), torch.zeros(2, 1, 16), torch.zeros(2, 1, 16)), str(path),
+                      input_names=["x", "h0", "c0"], output_names=["logits", "hn", "cn"], dynamo=False)
+    result = navigator.convert(path, workdir=tmp_path / "wd", targets=["onnx"], no_profile=True, device="cpu",
+                               timeout=120)
+    st = _status(result.workspace)
+    assert st["stateful"]["pairs"] == [{"input": "h0", "output": "hn"}, {"input": "c0", "output": "cn"}]
+    assert _verify(st, "onnx", "onnxruntime-cpu")["status"] == "ok"
+    repo = tmp_path / "repo"
+    emit(result.workspace, {"repo": repo, "formats": "onnx"})
+    cfg = text_format.Parse((repo / "lstm_step" / "config.pbtxt").read_text(), mc.ModelConfig())
+    assert [(s.input_name, s.output_name, list(s.dims)) for s in cfg.sequence_batching.state] == \
+        [("h0", "hn", [2, 1, 16]), ("c0", "cn", [2, 1, 16])]
+    assert [t.name for t in cfg.input] == ["x"] and cfg.max_batch_size == 0
