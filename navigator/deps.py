@@ -72,8 +72,13 @@ def versions(modules: tuple[str, ...] = RECORDED) -> dict[str, str]:
     for module in modules:
         v = version(module)
         if v is not None:
-            out[_DISTRIBUTIONS.get(module, (module,))[0]] = v
+            out[display_name(module)] = v
     return out
+
+
+def display_name(module: str) -> str:
+    """The name :func:`versions` records ``module`` under (its first distribution's)."""
+    return _DISTRIBUTIONS.get(module, (module,))[0]
 
 
 def missing(requires: tuple[str, ...]) -> list[str]:

@@ -16,10 +16,17 @@ throughput and p99 bounds per format and a regression bound:
   min_throughput: {onnx: 1000}          # or {onnx: {batch_size: 8, value: 1000}}
   max_p99_ms: {onnx: 5.0}               # same two forms
   max_regression: 0.05                  # against --baseline OLD_WS
+  noise_margin: 0.03                    # optional: see below
+  best: separated                       # separated | stable | warn (default) | any
 
 Tolerances are re-checked on the stored outputs. Regression is compared only
-when the two environments match (else the check is skipped), beyond a noise
-margin (noise_margin, default 3%). The result goes to <ws>/report/gate.json,
+when the two environments match (the packages the model's runners used,
+else the check is skipped), beyond a noise margin: noise_margin when the
+policy sets it, else 10% when either profile is unstable, else the sum of
+the two profiles' window spreads (3% when one has none). `best:` decides what
+an unsure pick does: separated fails an unmeasured, unstable or not-separated
+pick, stable an unmeasured or unstable one, warn (default) shows it as a
+skipped check, any ignores it. The result goes to <ws>/report/gate.json,
 --junit (one test case per check) and --markdown. Exit 0 when every check
 passes, 1 when one fails, 2 on bad input (a malformed policy).
 """

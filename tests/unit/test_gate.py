@@ -148,6 +148,27 @@ def test_fingerprints():
     assert fingerprint_differences(other, ENV) == ["packages.onnxruntime: '1.20.0' -> '1.21.0'"]
 
 
+def test_the_fingerprint_counts_only_the_runtimes_the_formats_used():
+    """An ONNX model run by onnxruntime is compared even when torch's version changed."""
+    from types import SimpleNamespace
+
+    from navigator.tools.gate.evaluate import packages_used
+
+    ort = FormatStatus(format="onnx", runners={"onnxruntime-cpu": RunnerStatus(runner="onnxruntime", device="cpu")})
+    trt = FormatStatus(format="trt", runners={"tensorrt": RunnerStatus(runner="tensorrt", device="cuda")})
+    st = SimpleNamespace(formats={"onnx": ort, "trt": trt})
+    assert packages_used([st], ["onnx"]) == {"onnxruntime"}
+    assert packages_used([st], ["onnx", "trt"]) == {"onnxruntime", "tensorrt"}
+    other = ENV | {"packages": ENV["packages"] | {"torch": "2.13.0"}}
+    assert fingerprint_differences(other, ENV, {"onnxruntime"}) == []
+    assert fingerprint_differences(other, ENV) == ["packages.torch: '2.5' -> '2.13.0'"]
+    gone = ENV | {"packages": {"onnxruntime": "1.20.0"}}     # torch not installed at all: still compared
+    assert fingerprint_differences(gone, ENV, {"onnxruntime"}) == []
+    plugin = SimpleNamespace(formats={"x": FormatStatus(format="x", runners={"r": RunnerStatus(runner="mine",
+                                                                                               device="cpu")})})
+    assert packages_used([plugin], ["x"]) is None       # an unknown runner: every runtime counts
+
+
 def test_noise_margin():
     stable, unstable = ProfileStep(status="ok", stable=True), ProfileStep(status="ok", stable=False)
     policy = GatePolicy(require_formats=("onnx",), max_regression=0.05)

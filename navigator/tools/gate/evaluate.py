@@ -25,7 +25,8 @@ Outputs the policy does not name are re-compared with the rule recorded for
 them in status.yaml.
 
 Regression is compared only when the two workspaces' environment
-fingerprints match (:data:`FINGERPRINT_KEYS`, :data:`FINGERPRINT_PACKAGES`);
+fingerprints match (:data:`FINGERPRINT_KEYS`, and of :data:`FINGERPRINT_PACKAGES` those the
+formats' runners used);
 otherwise the check is skipped with the differing fields. A drop fails only
 when it exceeds ``max_regression`` plus a noise margin: ``noise_margin`` from
 the policy, else :data:`UNSTABLE_NOISE_MARGIN` (10%, the profiler's stability bound) when
@@ -294,18 +295,41 @@ def _check_latency(st, key: str, bound: Bound) -> Check:
                                              "required": bound.value})
 
 
-def fingerprint(environment: dict) -> dict:
-    """The parts of status.yaml's environment that throughput depends on."""
+def fingerprint(environment: dict, packages_used: set[str] | None = None) -> dict:
+    """The parts of status.yaml's environment that throughput depends on: the machine, and
+    the versions of the runtimes in ``packages_used`` (None: every runtime we record)."""
     env = environment or {}
     packages = env.get("packages") or {}
     out = {k: env.get(k) for k in FINGERPRINT_KEYS}
-    out.update({f"packages.{p}": packages.get(p) for p in FINGERPRINT_PACKAGES})
+    out.update({f"packages.{p}": packages.get(p) for p in FINGERPRINT_PACKAGES
+                if packages_used is None or p in packages_used})
     return out
 
 
-def fingerprint_differences(a: dict, b: dict) -> list[str]:
-    fa, fb = fingerprint(a), fingerprint(b)
+def fingerprint_differences(a: dict, b: dict, packages_used: set[str] | None = None) -> list[str]:
+    fa, fb = fingerprint(a, packages_used), fingerprint(b, packages_used)
     return [f"{k}: {fb[k]!r} -> {fa[k]!r}" for k in fa if fa[k] != fb[k]]
+
+
+def packages_used(statuses, keys) -> set[str] | None:
+    """The runtimes that ran formats ``keys`` in any of ``statuses`` (their runners' packages):
+    an ONNX model's regression check does not depend on torch's version. None when a runner is
+    not known here (a plugin's): then every runtime counts."""
+    from navigator.deps import display_name
+    from navigator.runners import runner_class
+
+    used: set[str] = set()
+    for st in statuses:
+        for key in keys:
+            fs = st.formats.get(key)
+            for rs in (fs.runners.values() if fs is not None else ()):
+                try:
+                    cls = runner_class(rs.runner)
+                except UserInputError:
+                    return None
+                modules = (*cls.requires, *(m for m in (getattr(cls, "module", None),) if isinstance(m, str)))
+                used.update(display_name(m) for m in modules)
+    return used
 
 
 def regression_margin(policy: GatePolicy, *profiles) -> tuple[float, str]:
@@ -399,7 +423,8 @@ def evaluate(workspace: str | os.PathLike, policy: Any, *, baseline: str | os.Pa
                 checks.append(Check("regression", f"{key} throughput regression <= {policy.max_regression:.4g} "
                                     "vs baseline", True, "no baseline workspace given (--baseline)", skipped=True))
         else:
-            diffs = fingerprint_differences(st.environment, base.environment)
+            diffs = fingerprint_differences(st.environment, base.environment,
+                                            packages_used((st, base), policy.formats))
             for key in policy.formats:
                 checks.append(_check_regressions(st, base, key, policy, diffs))
     return GateResult(checks=checks, workspace=str(ws.root), policy=policy.to_dict(),

@@ -15,7 +15,9 @@ from navigator.validators.tolerances import MODES
 DEFAULT_NOISE_MARGIN = 0.03
 UNSTABLE_NOISE_MARGIN = 0.10
 FINGERPRINT_KEYS = ("python", "platform", "cpu", "cpu_count", "gpu", "device")
-FINGERPRINT_PACKAGES = ("onnxruntime", "torch", "openvino", "tensorrt")   # as deps.versions() names them
+# the runtimes whose version throughput depends on, as deps.versions() names them
+FINGERPRINT_PACKAGES = ("onnxruntime", "torch", "openvino", "tensorflow", "tensorrt", "tensorrt-rtx-cu13",
+                        "tensorrt-rtx-cu12", "tensorrt-rtx")
 KINDS = ("workspace", "format", "tolerance", "throughput", "latency", "regression", "best")
 POLICY_KEYS = ("require_formats", "outputs", "min_throughput", "max_p99_ms", "max_regression", "noise_margin",
                "best")
