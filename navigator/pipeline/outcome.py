@@ -98,5 +98,34 @@ def outcome_code(st: Status, requested: list[str]) -> tuple[int, list[str]]:
             if formats.registry.serving_check(fs.format, rkey):   # decides serving (navigator triton), not the run
                 continue
             if rs.verify.status in ("failed", "inconclusive"):   # inconclusive: not verified, whatever it says
-                failures.append(f"{key} on {rkey}: verification {rs.verify.status}: {rs.verify.reason}")
+                cure = verdict_cure(key, fs, rs.verify)
+                failures.append(f"{key} on {rkey}: verification {rs.verify.status}: {rs.verify.reason}"
+                                + (f"; cure: {cure}" if cure else ""))
     return (1 if failures else 0), failures
+
+
+TASK_MODES = ("top1", "detections", "mask", "cosine")
+
+
+def verdict_cure(key: str, fs, verify) -> str | None:
+    """What to do about a failed or inconclusive verdict, in one clause: the outputs' recorded cures
+    when inconclusive; for a failed one, a higher precision or an explicit budget when a task rule
+    rejected it, else where to look (navigator debug for graph formats) or an explicit tolerance."""
+    checks = verify.outputs or {}
+    if verify.status == "inconclusive":
+        cures = [c.cure for c in checks.values() if c.cure]
+        if not cures:
+            return None
+        return cures[0] + (f" (likewise for the {len(cures) - 1} other outputs)" if len(cures) > 2 else
+                           " (likewise for the other output)" if len(cures) == 2 else "")
+    failed = {name: c for name, c in checks.items() if not c.passed}
+    if not failed:
+        return None
+    name = next(iter(failed))
+    if any(c.mode in TASK_MODES for c in failed.values()):
+        mode = next(c.mode for c in failed.values() if c.mode in TASK_MODES)
+        return (f"this {fs.precision} format changes the task's answer on these samples: serve a higher precision, "
+                f"or state the budget your task allows (--compare {name}:{mode}=VALUE)")
+    debug = (f"`navigator debug WS {key}` names the first node that leaves tolerance, or "
+             if fs.format in ("onnx", "openvino") else "")
+    return f"{debug}state the tolerance your task allows (--atol {name}:VALUE, --rtol {name}:VALUE)"

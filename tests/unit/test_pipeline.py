@@ -63,6 +63,27 @@ def test_exit_code_names_each_failed_requested_target():
     assert outcome_code(st, ["onnx", "tensorrt"]) == (0, [])     # skipped (missing package) is not a failure
 
 
+def test_each_unverified_target_says_its_cure():
+    """The console's line for an inconclusive or failed verdict ends with what to do about it."""
+    from navigator.workspace.status import OutputCheck
+
+    st = _status(**{"onnx-fp16": ("ok", {"onnxruntime-cpu": _runner("inconclusive")}),
+                    "onnx-int8": ("ok", {"onnxruntime-cpu": _runner("failed")}),
+                    "onnx-optimized": ("ok", {"onnxruntime-cpu": _runner("failed")})})
+    st.formats["onnx-fp16"].runners["onnxruntime-cpu"].verify.outputs = {
+        n: OutputCheck(mode="top1", passed=True, conclusive=False, cure=f"give more samples ({n})")
+        for n in ("logits", "probs")}
+    st.formats["onnx-int8"].runners["onnxruntime-cpu"].verify.outputs = {
+        "logits": OutputCheck(mode="top1", passed=False)}
+    st.formats["onnx-optimized"].runners["onnxruntime-cpu"].verify.outputs = {
+        "logits": OutputCheck(mode="tolerance", passed=False)}
+    _, failures = outcome_code(st, ["onnx-fp16", "onnx-int8", "onnx-optimized"])
+    assert failures[0].endswith("; cure: give more samples (logits) (likewise for the other output)")
+    assert failures[1].endswith("serve a higher precision, or state the budget your task allows "
+                                "(--compare logits:top1=VALUE)")
+    assert "; cure: `navigator debug WS onnx-optimized` names the first node" in failures[2]
+
+
 def test_default_targets_come_from_the_source_format_record():
     onnx = SimpleNamespace(format="onnx", key="onnx", default_targets=None)
     cfg = NavigatorConfig().resolved()
