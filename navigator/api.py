@@ -144,7 +144,8 @@ def run_convert(model: Any, samples: Any, config: NavigatorConfig, reporter, *, 
 
 def convert(model: Any, samples: Any = None, *, targets=None, workdir: str | os.PathLike | None = None,
             config: NavigatorConfig | dict | None = None, verify_func: Callable | None = None,
-            raise_on_failure: bool = False, progress: bool | None = None, **options) -> Result:
+            raise_on_failure: bool = False, progress: bool | None = None,
+            on_progress: Callable | None = None, **options) -> Result:
     """Convert ``model`` to verified, profiled formats.
 
     ``model``: a path (an .onnx file). ``samples``: an iterable of batches (dicts,
@@ -152,7 +153,9 @@ def convert(model: Any, samples: Any = None, *, targets=None, workdir: str | os.
     ``.npz`` batches (as ``--samples``) or None to generate them. ``options``: the CLI's options in snake_case
     (``max_batch_size=32``, ``atol={"logits": 1e-3}``, ``shapes="ids:8x16"``).
     ``verify_func(reference, output) -> bool`` is called per stored sample on top
-    of the numeric checks."""
+    of the numeric checks. ``progress``: print step lines (default: only on a terminal);
+    ``on_progress(event)``: called with a ``navigator.console.ProgressEvent`` as each step starts,
+    every 15 s while it runs, and as it ends (the ``navigator.progress`` logger gets the same)."""
     from navigator.console import Reporter
 
     if isinstance(config, dict):
@@ -167,11 +170,11 @@ def convert(model: Any, samples: Any = None, *, targets=None, workdir: str | os.
         extra["workdir"] = os.fspath(workdir)
     config = from_mapping(extra, base=config, source="navigator.convert()")
     if progress is None:
-        reporter = Reporter("auto")
+        reporter = Reporter("auto", on_progress=on_progress)
         if reporter.mode != "rich":
-            reporter = Reporter("quiet")
+            reporter = Reporter("quiet", on_progress=on_progress)
     else:
-        reporter = Reporter("auto" if progress else "quiet")
+        reporter = Reporter("auto" if progress else "quiet", on_progress=on_progress)
     outcome = run_convert(model, samples, config, reporter, verify_func=verify_func)
     result = Result(workspace=outcome.workspace.root, status=outcome.status, exit_code=outcome.exit_code,
                     failures=outcome.failures, timings=outcome.timings, memory_tree=outcome.memory_tree)

@@ -6,15 +6,38 @@ Rich output only on a TTY; plain lines otherwise (CI logs); nothing with
 
 from __future__ import annotations
 
+import logging
 import sys
-from typing import TextIO
+from dataclasses import dataclass
+from typing import Callable, TextIO
+
+log = logging.getLogger("navigator.progress")
 
 ICONS = {"ok": "✅", "failed": "❌", "skipped": "⏭️ ", "inconclusive": "❔"}
 PLAIN = {"ok": "[ok]", "failed": "[FAILED]", "skipped": "[skipped]", "inconclusive": "[INCONCLUSIVE]"}
 
 
+@dataclass(frozen=True)
+class ProgressEvent:
+    """One step of a run, as ``navigator.convert(on_progress=...)`` receives it and the
+    ``navigator.progress`` logger records it: ``phase`` is ``start``, ``running`` (every 15 s while
+    a step lasts) or ``end``; ``status`` (ok, failed, skipped, inconclusive) and ``reason`` come with
+    ``end``. ``key`` is a format key (or ``contenders`` for the race), ``stage`` export, convert,
+    verify, profile or race."""
+
+    phase: str
+    key: str
+    stage: str
+    runner: str | None = None
+    elapsed_s: float | None = None
+    status: str | None = None
+    reason: str | None = None
+
+
 class Reporter:
-    def __init__(self, mode: str = "auto", stream: TextIO | None = None):
+    def __init__(self, mode: str = "auto", stream: TextIO | None = None,
+                 on_progress: Callable[[ProgressEvent], object] | None = None):
+        self.on_progress = on_progress
         self.stream = stream or sys.stdout
         if mode == "auto":
             mode = "rich" if getattr(self.stream, "isatty", lambda: False)() else "plain"
@@ -76,17 +99,35 @@ class Reporter:
         self._print(f"formats: {', '.join(keys)}" + (f" (not available: {', '.join(unsupported)})"
                                                      if unsupported else ""))
 
+    def _notify(self, event: ProgressEvent) -> None:
+        """The event to the ``navigator.progress`` logger and the caller's callback; a callback
+        that raises is logged, never the end of the run."""
+        what = f"{event.key} {event.stage}" + (f" [{event.runner}]" if event.runner else "")
+        if event.phase == "end":
+            log.info("%s: %s%s", what, event.status, f" ({event.reason})" if event.reason else "")
+        else:
+            log.info("%s: %s", what, "started" if event.phase == "start" else f"running for {event.elapsed_s:.0f} s")
+        if self.on_progress is not None:
+            try:
+                self.on_progress(event)
+            except Exception as e:   # noqa: BLE001 - the caller's code: its error must not end the run
+                log.warning("the progress callback raised %s: %s", type(e).__name__, e)
+
     def step_start(self, key: str, stage: str, runner: str | None) -> None:
+        self._notify(ProgressEvent("start", key, stage, runner))
         if self.mode == "rich":
             self._print(f"   … {key} {stage}" + (f" [{runner}]" if runner else ""), "dim")
 
     def progress(self, key: str, stage: str, runner: str | None, elapsed_s: float) -> None:
         """A step still running (navigator.pipeline.progress): its elapsed time."""
+        self._notify(ProgressEvent("running", key, stage, runner, elapsed_s=elapsed_s))
         self._print(f"   … {key} {stage}" + (f" [{runner}]" if runner else "") + f": running for {elapsed_s:.0f} s",
                     "dim")
 
     def step_end(self, key: str, stage: str, runner: str | None, result: dict) -> None:
         status = result.get("status", "ok")
+        self._notify(ProgressEvent("end", key, stage, runner, elapsed_s=result.get("duration_s"), status=status,
+                                   reason=str(result["reason"])[:300] if result.get("reason") else None))
         line = f"{self._icon(status)} {key} {stage}" + (f" [{runner}]" if runner else "")
         if result.get("duration_s") is not None:
             line += f" ({result['duration_s']:.2f} s)"

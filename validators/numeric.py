@@ -365,6 +365,31 @@ def _keep_polygraphy_off_torch() -> None:
         pg_array.torch = _TorchAbsent()
 
 
+class _ToNavigatorLog(logging.Handler):
+    """Polygraphy's records, handed to the ``navigator`` logger's handlers (the workspace's
+    navigator.log; the console only with --verbose), never to the caller's stdout or root logger."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        for handler in logging.getLogger("navigator").handlers:
+            if record.levelno >= handler.level:
+                handler.handle(record)
+
+
+def route_polygraphy_logs() -> None:
+    """Polygraphy prints a report per comparison (and a warning about colours) on stdout, which in
+    the calling process is the user's training job: send it through logging to our log instead."""
+    from polygraphy.logger import G_LOGGER
+
+    if G_LOGGER.use_python_logging_system:
+        return
+    G_LOGGER.colors = False          # its colour check prints a warning on stdout by itself
+    G_LOGGER.use_python_logging_system = True
+    logger = logging.getLogger("Polygraphy")
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    logger.addHandler(_ToNavigatorLog())
+
+
 def _polygraphy_compare(name: str, out, ref, rule: OutputRule, error_stat: str) -> tuple[bool, dict]:
     """Polygraphy's verdict and its error statistics for one output."""
     import numpy as np
@@ -372,6 +397,7 @@ def _polygraphy_compare(name: str, out, ref, rule: OutputRule, error_stat: str) 
     from polygraphy.comparator.struct import IterationResult
 
     _keep_polygraphy_off_torch()
+    route_polygraphy_logs()
 
     func = SimpleCompareFunc(atol={"": rule.atol}, rtol={"": rule.rtol}, check_error_stat={"": error_stat},
                              check_shapes=True, infinities_compare_equal=True)

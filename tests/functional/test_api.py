@@ -49,6 +49,28 @@ def test_tuple_and_single_array_batches(tmp_path, onnx_model):
     assert r1.status.samples.sha256 == r2.status.samples.sha256
 
 
+def test_progress_reaches_the_callback_and_logging_and_nothing_is_printed(tmp_path, onnx_model, capfd, caplog):
+    """The API is quiet (nothing on the caller's stdout or stderr, Polygraphy's reports included);
+    each step reaches ``on_progress`` and the ``navigator.progress`` logger; a callback that raises
+    does not end the run."""
+    events = []
+
+    def on_progress(event):
+        events.append(event)
+        raise RuntimeError("the caller's bug")
+
+    with caplog.at_level("INFO", logger="navigator.progress"):
+        result = navigator.convert(onnx_model(), _batches(), workdir=tmp_path, targets=["onnx", "onnx-optimized"],
+                                   no_profile=True, progress=False, on_progress=on_progress)
+    out, err = capfd.readouterr()
+    assert result.ok and out == "" and err == "", (out, err)
+    ends = {(e.key, e.stage, e.runner): e.status for e in events if e.phase == "end"}
+    assert ends[("onnx-optimized", "verify", "onnxruntime-cpu")] == "ok"
+    assert any(e.phase == "start" and e.stage == "verify" for e in events)
+    assert any("onnx-optimized verify [onnxruntime-cpu]: ok" in r.getMessage() for r in caplog.records)
+    assert any("the progress callback raised RuntimeError" in r.getMessage() for r in caplog.records)
+
+
 def test_verify_func_hook(tmp_path, onnx_model):
     calls = []
 

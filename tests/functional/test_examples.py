@@ -22,6 +22,10 @@ def test_training_script_converts_at_the_end(tmp_path):
                         str(tmp_path), "--steps", "5"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "best:" in r.stdout
+    # the training job's own output only: Polygraphy's reports go to the workspace's log
+    assert "[I]" not in r.stdout and "[W]" not in r.stdout and not r.stderr.strip(), r.stdout + r.stderr
+    assert len(r.stdout.splitlines()) <= 12, r.stdout
+    assert "Error Metrics" in (tmp_path / "small_cnn.nav.workspace" / "navigator.log").read_text()
     st = yaml.safe_load((tmp_path / "small_cnn.nav.workspace" / "status.yaml").read_text())
     assert st["samples"]["source"] == "iterable" and st["samples"]["count"] == 2 + len(st["samples"]["corners"])
     assert all(f["convert"]["status"] == "ok" for f in st["formats"].values())
