@@ -120,7 +120,8 @@ class ProfileArgs(ArgGroup):
                        help="start each worker as a fresh interpreter, not as a fork of a server that imported "
                             "the frameworks once")
         g.add_argument("--profile-batch-sizes", metavar="B,…",
-                       help="measure exactly these batch sizes (default: 1, 2, 4 … until the gain is < 5%%)")
+                       help="measure exactly these batch sizes (default: 1, 4, 16 … until the gain is < 5%%, "
+                            "then the peak's two doubling neighbours, up to --max-batch-size)")
         g.add_argument("--runners", metavar="R,…", help="only these runners, e.g. onnxruntime,torch,torchscript "
                                                         "(default: every runner of each format)")
 

@@ -14,7 +14,7 @@ NVIDIA's C++ backends, for a check on a laptop, not for deployment.
 
 --prepare builds the cached environment (downloads the wheels once) and, with
 no REPO, exits; CI runs `navigator serve --prepare` after installing.
-REPO may also be a workspace: its triton/ folder is served.
+REPO may also be a workspace, or a workdir holding one: its triton/ folder is served.
 """
 
 from __future__ import annotations
@@ -50,6 +50,13 @@ def _repo(path: str) -> Path:
         raise UserInputError(f"model repository {repo} is not a folder")
     if (repo / "status.yaml").is_file() and (repo / "triton").is_dir():
         repo = repo / "triton"
+    elif not any(repo.glob("*/config.pbtxt")):   # a workdir holding one workspace: its repository
+        from navigator.workspace.layout import SUFFIX, Workspace
+
+        if any(c.name.endswith(SUFFIX) for c in repo.iterdir()):
+            ws = Workspace.find(repo)
+            if ws.triton_dir.is_dir():
+                repo = ws.triton_dir
     # the server reads every file of a model it loads: a FIFO or a device there would hang the load
     for folder, _, files in os.walk(repo):
         for name in files:

@@ -48,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="the dynamic batcher for batching models (default on)")
     b.add_argument("--max-queue-delay-us", type=int, metavar="US", help="dynamic batcher's queue delay")
     b.add_argument("--preferred-batch-sizes", metavar="B,…",
-                   help="default: the profiled batch sizes within 10%% of the peak throughput")
+                   help="the dynamic batcher's preferred sizes (default: the in-process profile's peak when it "
+                        "found a real optimum there, else none: batches up to max_batch_size)")
     b.add_argument("--instances", type=int, metavar="N", help="instances per group (default 1)")
     b.add_argument("--kind", choices=["auto", "cpu", "gpu"], help="instance kind (default auto; fixed by the "
                                                                   "format where it runs on one device only)")
