@@ -55,17 +55,33 @@ def _batch_in_profiles(ctx: RunContext, size: int) -> bool:
     """``size`` lies within the batch range of at least one shape profile."""
     batch_dim = ctx.status.batch_dim
     profiles = ctx.status.shape_profiles or []
-    return not profiles or any(all(p[n]["min"][batch_dim] <= size <= p[n]["max"][batch_dim] for n in p)
-                               for p in profiles)
+    return not profiles or any(all(p[n]["min"][batch_dim] <= size <= p[n]["max"][batch_dim] for n in p
+                                   if len(p[n]["max"]) > batch_dim) for p in profiles)
+
+
+def _largest_profile_batch(ctx: RunContext) -> int:
+    """The largest batch size a shape profile admits (every input of that profile); unbounded
+    without profiles or a batch dim. The in-process sweep never goes past it: a figure measured
+    beyond the declared range is one Triton (its max_batch_size) would never serve."""
+    batch_dim = ctx.status.batch_dim
+    profiles = ctx.status.shape_profiles or []
+    if batch_dim is None or not profiles:
+        return ctx.config.max_batch_size
+    limits = [min((p[n]["max"][batch_dim] for n in p if len(p[n]["max"]) > batch_dim), default=None)
+              for p in profiles]
+    return max((x for x in limits if x is not None), default=ctx.config.max_batch_size)
 
 
 def profile_spec(ctx: RunContext) -> ProfileSpec | None:
     if ctx.config.no_profile:
         return None
-    settings = {"max_batch_size": ctx.config.max_batch_size, "budget_s": ctx.config.profile_budget_s}
+    settings = {"max_batch_size": min(ctx.config.max_batch_size, _largest_profile_batch(ctx)),
+                "budget_s": ctx.config.profile_budget_s}
     if ctx.config.profile_batch_sizes:
-        settings["batch_sizes"] = list(ctx.config.profile_batch_sizes)
-        settings["max_batch_size"] = max(settings["max_batch_size"], *ctx.config.profile_batch_sizes)
+        # only sizes a shape profile admits: the artifact (an engine, a static export) takes no other
+        sizes = [b for b in ctx.config.profile_batch_sizes if _batch_in_profiles(ctx, b)] or [1]
+        settings["batch_sizes"] = sizes
+        settings["max_batch_size"] = max(sizes)
     return ProfileSpec(batch_dim=ctx.status.batch_dim, settings=settings, race=not ctx.config.no_race)
 
 

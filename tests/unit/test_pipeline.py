@@ -84,6 +84,24 @@ def test_each_unverified_target_says_its_cure():
     assert "; cure: `navigator debug WS onnx-optimized` names the first node" in failures[2]
 
 
+def test_the_in_process_sweep_stays_inside_the_shape_profiles():
+    """Declared max batch 8: the profile never measures 16 or 64 (Triton would serve at most 8)."""
+    from navigator.pipeline.tasks import profile_spec
+
+    def ctx(profiles, batch_dim=0, **config):
+        cfg = NavigatorConfig(**config).resolved()
+        return SimpleNamespace(config=cfg, status=SimpleNamespace(batch_dim=batch_dim, shape_profiles=profiles))
+
+    one = [{"ids": {"min": [1, 16], "opt": [4, 16], "max": [8, 16]}, "sr": {"min": [], "opt": [], "max": []}}]
+    assert profile_spec(ctx(one)).settings["max_batch_size"] == 8
+    two = one + [{"ids": {"min": [1, 4], "opt": [16, 4], "max": [32, 4]}}]
+    assert profile_spec(ctx(two)).settings["max_batch_size"] == 32
+    assert profile_spec(ctx(one, max_batch_size=4)).settings["max_batch_size"] == 4
+    assert profile_spec(ctx(one, batch_dim=None)).settings["max_batch_size"] == 64
+    asked = profile_spec(ctx(one, profile_batch_sizes=(1, 8, 64))).settings
+    assert asked["batch_sizes"] == [1, 8] and asked["max_batch_size"] == 8
+
+
 def test_default_targets_come_from_the_source_format_record():
     onnx = SimpleNamespace(format="onnx", key="onnx", default_targets=None)
     cfg = NavigatorConfig().resolved()
