@@ -183,7 +183,9 @@ def sweep(infer, sample: dict, batch_dim: int | None, settings: ProfileSettings)
         nonlocal deadline
         if time.perf_counter() > deadline:
             outcome.stable = False
-            outcome.reason = f"profile budget of {settings.budget_s:g} s ended the sweep before batch size {size}"
+            done = ", ".join(str(r["batch_size"]) for r in outcome.results) or "none"
+            outcome.reason = (f"profile budget of {settings.budget_s:g} s ended the sweep before it measured batch "
+                              f"size {size} (measured: {done})")
             return False
         feeds = batch_of(sample, batch_dim, size)
         if settings.warmup_iters > 0:   # the first two warm-up inferences, timed for what compiling took

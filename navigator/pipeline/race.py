@@ -267,10 +267,12 @@ def _apply(ctx: RunContext, event) -> None:
             progress.closed(ctx, "contenders", "race", None)
             result = dict(event.result)
             if result.get("status") == "ok":
-                n = len(result.get("contenders") or [])
-                result["reason"] = (f"{n} contenders, {result.get('rounds')} rounds of interleaved windows: "
-                                    + (f"{result.get('leader')} ahead beyond the spread" if result.get("settled")
-                                       else result.get("reason") or "not separated"))
+                names = list(result.get("contenders") or [])
+                others = [n for n in names if n != result.get("leader")]
+                result["reason"] = (f"{len(names)} contenders, {result.get('rounds')} rounds of interleaved windows: "
+                                    + (f"{result.get('leader')} ahead of {', '.join(others) or 'the others'} beyond "
+                                       "the spread" if result.get("settled") else result.get("reason") or
+                                       "not separated"))
             ctx.reporter.step_end("contenders", "race", None, result)
         return
     apply_event(ctx, event)

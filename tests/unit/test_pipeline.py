@@ -102,6 +102,18 @@ def test_the_in_process_sweep_stays_inside_the_shape_profiles():
     assert asked["batch_sizes"] == [1, 8] and asked["max_batch_size"] == 8
 
 
+def test_the_table_shows_the_figure_best_uses_and_the_higher_one_measured_alone():
+    from navigator.console import summary_rows
+
+    raced = _runner(results=[(4, 28.9), (16, 265.4)])
+    raced.profile.results[0].raced = True
+    st = _status(onnx=("ok", {"onnxruntime-cpu": raced}), openvino=("ok", {"openvino-cpu": _runner(
+        results=[(1, 10.0), (8, 40.0)], runner="openvino")}))
+    rows = {r[0]: r[-1] for r in summary_rows(st)}
+    assert rows["onnx"] == "28.9/s @ 4 (alone: 265.4/s @ 16)"
+    assert rows["openvino"] == "40.0/s @ 8"
+
+
 def test_default_targets_come_from_the_source_format_record():
     onnx = SimpleNamespace(format="onnx", key="onnx", default_targets=None)
     cfg = NavigatorConfig().resolved()

@@ -78,7 +78,7 @@ def test_budget_ends_the_sweep(clock):
     settings = ProfileSettings(max_batch_size=1024, budget_s=1.0)
     out = sweep(infer_with(clock, lambda b: 0.001 + 0.0005 * b), SAMPLE, 0, settings)
     assert out.stable is False
-    assert out.reason == "profile budget of 1 s ended the sweep before batch size 16"
+    assert out.reason.startswith("profile budget of 1 s ended the sweep before it measured batch size 16 (measured: 1")
     assert [r["batch_size"] for r in out.results] == [1, 2, 4, 8]
 
 
