@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         reporter.info(f"Triton {srv.TRITON_VERSION} server environment ready in {srv.cache_dir()} "
                       f"({time.monotonic() - t0:.1f} s)")
         reporter.info(f"  tritonserver:  {env.tritonserver}")
-        reporter.info(f"  perf_analyzer: {env.perf_analyzer or 'not available'}")
+        reporter.info(f"  perf_analyzer: {env.perf_analyzer_command or env.perf_analyzer or 'not available'}")
         if repo is None:
             return 0
     models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
@@ -107,6 +107,9 @@ def run(args: argparse.Namespace) -> int:
         reporter.info(f"  HTTP:    http://{server.http_url}")
         reporter.info(f"  gRPC:    {server.grpc_url}")
         reporter.info(f"  metrics: {server.metrics_url}")
+        flags = server.config_flags()
+        if flags:
+            reporter.info(f"  flags:   {' '.join(flags)} (the configs ask for them)")
         if args.cpu_backends:
             reporter.info("  onnxruntime/openvino models run on navigator's CPU stand-ins (test doubles of "
                           "NVIDIA's backends)")

@@ -101,6 +101,9 @@ def config_backend(path: Path) -> str | None:
     return _PLATFORMS.get(found.group(1), found.group(1)) if found else None
 
 
+RESPONSE_CACHE_BYTES = 64 << 20   # the local response cache's pool when a served config enables it
+
+
 class TritonServer:
     """A ``tritonserver`` process serving ``repo`` on 127.0.0.1 (a context manager).
 
@@ -206,7 +209,31 @@ class TritonServer:
                 "--metrics-address=127.0.0.1", f"--metrics-port={self.metrics_port}",
                 "--allow-metrics=true", "--allow-gpu-metrics=false", "--disable-auto-complete-config",
                 "--pinned-memory-pool-byte-size=0", "--exit-timeout-secs=5", "--log-info=true",
-                f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}", *self.extra_args]
+                f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}", *self.config_flags(),
+                *self.extra_args]
+
+    def config_flags(self) -> list[str]:
+        """The server flags the served configs need: without them Triton loads a config with a
+        ``response_cache`` with the cache off and one with a ``rate_limiter`` with the limiter off,
+        and says nothing. A flag the caller passed (``extra_args``) wins."""
+        from navigator.triton import config as cfg_mod
+
+        cache = limiter = False
+        for name in (self.models if self.models is not None else model_folders(self.repo)):
+            cfg = cfg_mod.parse((self.repo / name / "config.pbtxt").read_text(encoding="utf-8", errors="replace"),
+                                source=f"{name}/config.pbtxt")
+            cache |= cfg.response_cache.enable
+            limiter |= any(g.HasField("rate_limiter") for g in cfg.instance_group)
+        given = " ".join(self.extra_args)
+        flags = []
+        if cache and "--cache-config" not in given:
+            flags.append(f"--cache-config=local,size={RESPONSE_CACHE_BYTES}")
+            caches = self.env.tritonserver.parent.parent / "caches" if self.env is not None else None
+            if self.tritonserver is None and caches is not None and caches.is_dir() and "--cache-directory" not in given:
+                flags.append(f"--cache-directory={caches}")   # the wheel's local cache, not /opt/tritonserver's
+        if limiter and "--rate-limit" not in given:
+            flags.append("--rate-limit=execution_count")   # resources: the server sizes them from the configs
+        return flags
 
     def start(self) -> "TritonServer":
         if self.process is not None:

@@ -7,6 +7,7 @@ Only the standard library is imported here."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -47,6 +48,7 @@ class ServerEnv:
     lib_dir: Path                 # libcudart.so.12, libb64.so.0d links
     perf_analyzer: Path | None
     env: dict = field(default_factory=dict)
+    perf_analyzer_command: Path | None = None   # a wrapper that runs by hand: sets the library path first
 
     def process_env(self, base: dict | None = None) -> dict:
         """``base`` (default os.environ) with ``env`` over it and PYTHONHOME/PYTHONPATH removed."""
@@ -162,7 +164,30 @@ def prepare(*, quiet: bool = False) -> ServerEnv:
                 _build(root, say)
     env = _server_env(root)
     _write_pth(root / "venv")
-    return env
+    return dataclasses.replace(env, perf_analyzer_command=_perf_analyzer_wrapper(root, env))
+
+
+def _perf_analyzer_wrapper(root: Path, env: ServerEnv) -> Path | None:
+    """``<root>/bin/perf_analyzer``: the cached binary with the libraries it links (libb64.so.0d
+    ...) on its path, so the command a user copies runs as printed; rewritten when it differs."""
+    if env.perf_analyzer is None:
+        return None
+    libs = [p for p in env.env["LD_LIBRARY_PATH"].split(os.pathsep) if p.startswith(str(root))
+            or p == (sysconfig.get_config_var("LIBDIR") or "")]
+    text = ("#!/bin/sh\n# perf_analyzer of Triton's client, with the libraries it needs (navigator serve --prepare)\n"
+            f'LD_LIBRARY_PATH="{os.pathsep.join(libs)}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}" '
+            f'exec "{env.perf_analyzer}" "$@"\n')
+    wrapper = root / "bin" / "perf_analyzer"
+    try:
+        if not wrapper.is_file() or wrapper.read_text(encoding="utf-8") != text:
+            wrapper.parent.mkdir(exist_ok=True)
+            tmp = wrapper.with_name(f".perf_analyzer.{os.getpid()}.tmp")
+            tmp.write_text(text, encoding="utf-8")
+            tmp.chmod(0o755)
+            os.replace(tmp, wrapper)
+    except OSError:   # a read-only cache: the binary with env (ServerEnv.env) still runs
+        return None
+    return wrapper
 
 
 def _build(root: Path, say) -> None:

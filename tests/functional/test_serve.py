@@ -247,6 +247,32 @@ def test_python_backend_only_without_stand_ins(server_env, repo):
     assert "unable to find backend library" in server.log_tail(400)
 
 
+def test_the_server_runs_with_what_the_configs_ask_for(server_env, ws, tmp_path):
+    """A config with a response cache and a rate limiter gets the server flags it needs: the
+    second identical request is a cache hit, and the server runs its rate limiter (without the
+    flags Triton loads both with the feature off and says nothing)."""
+    import tritonclient.http as http
+
+    from navigator.triton.server import TritonServer
+
+    repo = tmp_path / "repo"
+    emit(ws, {"repo": repo, "formats": "onnx", "model_name": "cached", "response_cache": True,
+              "rate_limit_resources": ["R:1"], "instances": 2})
+    with TritonServer(repo, cpu_backends=True) as server:
+        assert any(f.startswith("--cache-config=local,size=") for f in server.command())
+        feeds, _ = next(_samples(ws))
+        outputs = [o.name for o in _config(repo, "cached").output]
+        first = _infer(http, server.http_url, "cached", feeds, outputs)
+        second = _infer(http, server.http_url, "cached", feeds, outputs)
+        for name in outputs:
+            np.testing.assert_array_equal(first[name], second[name])
+        status, body = server._request("GET", "/v2/models/cached/stats")
+        stats = json.loads(body)["model_stats"][0]["inference_stats"]
+        assert status == 200 and int(stats["cache_hit"]["count"]) >= 1, stats
+        log = server.log_tail(400)
+    assert re.search(r"\|\s*rate_limit\s*\|\s*EXEC_COUNT", log) and re.search(r"\|\s*cache_enabled\s*\|\s*1", log)
+
+
 # --------------------------------------------------------------------------- the CLI
 def _bad_repo(repo: Path, tmp_path: Path, name: str, edit) -> Path:
     bad = tmp_path / "bad"
@@ -315,6 +341,11 @@ def test_prepare_is_idempotent_and_perf_analyzer_runs(server_env, cli):
     pa = subprocess.run([str(server_env.perf_analyzer), "--version"], env=server_env.process_env(),
                         capture_output=True, text=True, timeout=60)
     assert "error while loading shared libraries" not in pa.stderr, pa.stderr
+    # the perf_analyzer that --prepare prints runs by hand, as printed, with nothing set
+    printed = re.search(r"perf_analyzer: (\S+)", r.stdout).group(1)
+    bare = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    by_hand = subprocess.run([printed, "--version"], env=bare, capture_output=True, text=True, timeout=60)
+    assert by_hand.returncode == 0 and "Perf Analyzer Version" in by_hand.stdout + by_hand.stderr, by_hand.stderr
     # the venv's numpy<2 wins over the project's numpy 2; torch etc. come from the project
     probe = "import numpy, sys; print(numpy.__version__)"
     out = subprocess.run([str(server_env.python), "-c", probe], env=server_env.process_env(), capture_output=True,
