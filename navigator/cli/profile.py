@@ -57,8 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     m.add_argument("--concurrency", default="1:16", metavar="START:END|N,…",
                    help="concurrency sweep; START:END doubles (default 1:16 = 1,2,4,8,16), START:END:STEP is linear")
     m.add_argument("--batch-sizes", default="1", metavar="B,…", help="request batch sizes (default 1)")
-    m.add_argument("--measurement-ms", type=int, default=2000, metavar="MS",
-                   help="measurement window (default 2000; Perf Analyzer's is 5000)")
+    m.add_argument("--measurement-ms", type=int, default=None, metavar="MS",
+                   help="measurement window (default: adaptive, each point's fair share of the budget, 250 to "
+                        "2000 ms; Perf Analyzer's own default is 5000)")
     m.add_argument("--budget-s", type=float, default=300.0, metavar="S",
                    help="time budget of the measuring (default 300); emitting the scratch repository, starting the server and loading each configuration are not counted")
     m.add_argument("--perf-analyzer", choices=["auto", "on", "off"], default="auto",

@@ -173,13 +173,14 @@ def pick_step(r, reporter, load) -> None:
     """``--step auto``: the ensemble as the repository configures it (``load(name)``), measured
     once at the highest concurrency; the busiest step is searched."""
     from navigator.serving import loadgen
-    from navigator.serving.measure import LAST
+    from navigator.serving.measure import DEFAULT_WINDOW_MS, LAST
 
     load(r.model)
     level = max(r.levels)
     step, why, records = probe(
         r.target, r.server.http_url,
-        lambda: loadgen.measure(r.server.grpc_url, r.model, r.data, concurrency=level, window_ms=r.opts.measurement_ms,
+        lambda: loadgen.measure(r.server.grpc_url, r.model, r.data, concurrency=level,
+                                window_ms=r.opts.measurement_ms or DEFAULT_WINDOW_MS,
                                 max_windows=LAST, deadline=r.deadline))
     reporter.info(f"probe of {r.model}: " + ", ".join(f"{s.name} busy {100 * (s.utilization or 0):.0f}%"
                                                     for s in records) + f"; searching {step}")

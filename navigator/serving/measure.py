@@ -76,6 +76,10 @@ def latency_summary_ms(latencies_s: list[float]) -> dict[str, float]:
     return out
 
 
+# adaptive windows (no --measurement-ms): each point's fair share of the budget, within these bounds
+MIN_WINDOW_MS = 250
+DEFAULT_WINDOW_MS = 2000
+
 @dataclass
 class Measurement:
     """One (configuration, concurrency, request batch size) point; the same record from
@@ -89,18 +93,23 @@ class Measurement:
     stable: bool
     requests: int | None = None
     errors: int = 0
+    window_ms: int | None = None    # each window's length (adaptive windows shorten it for a short budget)
 
     def to_dict(self) -> dict:
-        return {"concurrency": self.concurrency, "batch_size": self.batch_size,
-                "throughput": round(self.throughput, 3), "latency_ms": dict(self.latency_ms),
-                "windows": self.windows, "stable": self.stable, "requests": self.requests, "errors": self.errors}
+        out = {"concurrency": self.concurrency, "batch_size": self.batch_size,
+               "throughput": round(self.throughput, 3), "latency_ms": dict(self.latency_ms),
+               "windows": self.windows, "stable": self.stable, "requests": self.requests, "errors": self.errors}
+        if self.window_ms is not None:
+            out["window_ms"] = self.window_ms
+        return out
 
     @classmethod
     def from_dict(cls, d: dict) -> "Measurement":
         return cls(concurrency=int(d["concurrency"]), batch_size=int(d.get("batch_size", 1)),
                    throughput=float(d["throughput"]), latency_ms=dict(d.get("latency_ms") or {}),
                    windows=int(d.get("windows", 0)), stable=bool(d.get("stable", False)),
-                   requests=d.get("requests"), errors=int(d.get("errors", 0) or 0))
+                   requests=d.get("requests"), errors=int(d.get("errors", 0) or 0),
+                   window_ms=int(d["window_ms"]) if d.get("window_ms") is not None else None)
 
     @property
     def p99_ms(self) -> float:

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from typing import TYPE_CHECKING
 
-from navigator.serving.measure import Measurement
+from navigator.serving.measure import DEFAULT_WINDOW_MS, Measurement
 from navigator.serving.search import ConfigResult, Objective, Space
 from navigator.triton.server import STANDINS
 
@@ -159,8 +159,9 @@ def provenance(record) -> list[str]:
             + (" through a CPU STAND-IN (not NVIDIA's backend: figures not representative)" if record.stand_in else ""),
             f"machine: {m.get('cpu') or '?'}, {m.get('cores')} cores, GPU {m.get('gpu') or 'none'}; "
             f"{m.get('platform', '')}",
-            f"tool {record.tool}, {record.search} search, measurement windows {record.measurement_ms} ms, "
-            f"date {record.date}"]
+            f"tool {record.tool}, {record.search} search, measurement windows "
+            + (f"{record.measurement_ms} ms, " if record.measurement_ms else "adaptive (250-2000 ms, per point), ")
+            + f"date {record.date}"]
 
 
 def write_outputs(r: ServingRun, space: Space, objective: Objective, outcome, record, reporter) -> None:
@@ -212,7 +213,8 @@ def write_outputs(r: ServingRun, space: Space, objective: Objective, outcome, re
     ma = handoff.model_analyzer_config(
         repo=r.ws.triton_dir, model=r.model, space=space, concurrency=r.levels, batch_sizes=list(r.opts.batch_sizes),
         objective=objective, search=r.opts.search, input_data="perf_input.json", shapes=r.data.shape_flags(),
-        kind=mc.ModelInstanceGroup.Kind.Name(kind), preferred=r.preferred, measurement_ms=r.opts.measurement_ms,
+        kind=mc.ModelInstanceGroup.Kind.Name(kind), preferred=r.preferred,
+        measurement_ms=r.opts.measurement_ms or DEFAULT_WINDOW_MS,
         ensemble=r.target is not None)
     notes = []
     if r.target is not None:

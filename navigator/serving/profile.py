@@ -38,7 +38,8 @@ from pathlib import Path
 from navigator.errors import NavigatorError, UserInputError
 from navigator.serving.outputs import backend_of, build_record, gpu_memory_mb, write_outputs
 from navigator.serving import search as search_mod
-from navigator.serving.measure import LAST, MAX_WINDOWS, Measurement, concurrency_range
+from navigator.serving.measure import (DEFAULT_WINDOW_MS, LAST, MAX_WINDOWS, MIN_WINDOW_MS, Measurement,
+                                       concurrency_range)
 from navigator.serving.search import Candidate, ConfigResult, Objective, Space, StopRule
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 PERF_ANALYZER_MODES = ("auto", "on", "off")
 WARMUP_S = 0.2
 PA_START_S = 1.0          # perf_analyzer's start-up and connection, roughly
+
 FINISH_RESERVE_S = 4.0     # seconds of the budget kept for stopping the server and writing the outputs
 
 
@@ -60,7 +62,7 @@ class ServingOptions:
     format: str | None = None                  # workspace format key; default the best
     concurrency: str = "1:16"
     batch_sizes: tuple[int, ...] = (1,)
-    measurement_ms: int = 2000
+    measurement_ms: int | None = None          # None: adaptive, DEFAULT_WINDOW_MS at most, MIN_WINDOW_MS at least
     budget_s: float = 300.0
     cpu_backends: bool = False
     python_backend: bool = False
@@ -77,7 +79,7 @@ class ServingOptions:
     step: str = "auto"                         # an ensemble's step to search: auto | model | preprocess | …
 
     def check(self) -> None:
-        if self.measurement_ms < 10:
+        if self.measurement_ms is not None and self.measurement_ms < 10:
             raise UserInputError(f"--measurement-ms {self.measurement_ms}: must be >= 10")
         if self.budget_s <= 0:
             raise UserInputError(f"--budget-s {self.budget_s:g}: must be > 0")
@@ -162,7 +164,8 @@ def run(workspace, opts: ServingOptions, reporter=None) -> int:
         out.mkdir(parents=True)
         try:
             r = ServingRun(ws=ws, st=st, opts=opts, out=out, scratch=out / "repo",
-                           window_s=opts.measurement_ms / 1000.0, levels=concurrency_range(opts.concurrency))
+                           window_s=(opts.measurement_ms or MIN_WINDOW_MS) / 1000.0,
+                           levels=concurrency_range(opts.concurrency))
             _emit(r, reporter)
             if r.step:                   # known before the server starts: bad options fail before measuring
                 r.space = _space(r)
@@ -364,6 +367,11 @@ def _search(r: ServingRun, objective: Objective, reporter) -> search_mod.SearchO
                       + f"): {r.opts.search} search over {space.size()} configuration(s), concurrency "
                         f"{', '.join(map(str, r.levels))}, {objective.describe()}, budget {r.opts.budget_s:g} s")
         r.configs_left = space.size()
+        need = _min_useful_budget(r, space)
+        if need > r.opts.budget_s:
+            reporter.warn(f"--budget-s {r.opts.budget_s:g} is short: measuring every instance count and queue delay "
+                          f"once takes about {need:.0f} s here; the search measures what fits and records the rest "
+                          "as skipped")
 
         def evaluate(cand: Candidate) -> ConfigResult:
             now = time.monotonic()
@@ -432,27 +440,56 @@ def _point(r: ServingRun, cand: Candidate, concurrency: int, batch_size: int) ->
     from navigator.serving import perf_analyzer as pa
 
     shapes = r.data.shape_flags()
+    window_ms = _window_ms(r)
+    r.window_s = window_ms / 1000.0
     windows = _window_cap(r)
     r.points_left = max(1, r.points_left - 1)
-    r.commands.setdefault(cand.name, []).append(
+    r.commands.setdefault(cand.name, []).append(    # the hand-off is for a real server: full-length windows
         handoff.command_for(model=r.model, concurrency=concurrency, batch_size=batch_size, shapes=shapes,
-                            window_ms=r.opts.measurement_ms, csv_name=f"{cand.name}_b{batch_size}_c{concurrency}.csv"))
+                            window_ms=r.opts.measurement_ms or DEFAULT_WINDOW_MS,
+                            csv_name=f"{cand.name}_b{batch_size}_c{concurrency}.csv"))
     if r.tool == "perf_analyzer":
         m, _ = pa.measure(r.env.perf_analyzer, r.env.process_env(), model=r.model, url=r.server.grpc_url,
                           input_data=r.out / "perf_input.json", shapes=shapes, concurrency=concurrency,
-                          batch_size=batch_size, window_ms=r.opts.measurement_ms, workdir=r.out / "perf_analyzer",
+                          batch_size=batch_size, window_ms=window_ms, workdir=r.out / "perf_analyzer",
                           tag=cand.name, max_windows=windows)
-        return m
-    return loadgen.measure(r.server.grpc_url, r.model, r.data, concurrency=concurrency, batch_size=batch_size,
-                           window_ms=r.opts.measurement_ms, deadline=r.deadline, max_windows=windows)
+    else:
+        m = loadgen.measure(r.server.grpc_url, r.model, r.data, concurrency=concurrency, batch_size=batch_size,
+                            window_ms=window_ms, deadline=r.deadline, max_windows=windows)
+    m.window_ms = window_ms
+    return m
 
 
-def _min_point_s(r: ServingRun) -> float:
+def _min_point_s(r: ServingRun, window_s: float | None = None) -> float:
     """The shortest a point can take: 3 windows; with perf_analyzer 3 more (its re-run when
     it gives up on stability) and its start-up."""
+    window_s = r.window_s if window_s is None else window_s
     if r.tool == "perf_analyzer":
-        return 2 * LAST * r.window_s + PA_START_S
-    return LAST * r.window_s + WARMUP_S + 0.3
+        return 2 * LAST * window_s + PA_START_S
+    return LAST * window_s + WARMUP_S + 0.3
+
+
+def _min_useful_budget(r: ServingRun, space: Space) -> float:
+    """What measuring every instance count and delay once (each sweep's first max batch size, as
+    the brute search's first round does) takes at the shortest windows, plus the finish."""
+    shortest = (r.opts.measurement_ms or MIN_WINDOW_MS) / 1000.0
+    per_config = len(r.levels) * len(r.opts.batch_sizes) * _min_point_s(r, shortest)
+    first_round = len(space.instances) * len(space.delays_us) if r.opts.search == "brute" else 1
+    return first_round * per_config + FINISH_RESERVE_S
+
+
+def _window_ms(r: ServingRun) -> int:
+    """This point's window: --measurement-ms when given; else the point's fair share of its
+    configuration's share of the budget over 3 windows (6 with perf_analyzer's re-run), between
+    MIN_WINDOW_MS and DEFAULT_WINDOW_MS, so a short budget still sees every configuration."""
+    if r.opts.measurement_ms is not None:
+        return r.opts.measurement_ms
+    share = (r.config_deadline - time.monotonic()) / max(1, r.points_left)
+    if r.tool == "perf_analyzer":
+        per = (share - PA_START_S) / (2 * LAST)
+    else:
+        per = (share - WARMUP_S - 0.3) / LAST
+    return int(min(DEFAULT_WINDOW_MS, max(MIN_WINDOW_MS, per * 1000.0)))
 
 
 def _window_cap(r: ServingRun) -> int:

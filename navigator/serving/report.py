@@ -80,7 +80,8 @@ def serving_blocks(ws, sv) -> list[tuple]:
         ["objective", ", ".join(f"{k} {v}" for k, v in (sv.objective or {}).items() if v is not None)],
         ["concurrency", ", ".join(map(str, sv.concurrency))],
         ["request batch sizes", ", ".join(map(str, sv.batch_sizes))],
-        ["measurement window", f"{sv.measurement_ms} ms (stable: last 3 within 10%, at most 10)"],
+        ["measurement window", (f"{sv.measurement_ms} ms" if sv.measurement_ms else "adaptive, 250-2000 ms per point")
+         + " (stable: last 3 within 10%, at most 10)"],
         ["duration / budget", f"{sv.duration_s} s / " + ("no budget" if sv.budget_s is None else f"{sv.budget_s:g} s")
          + (f" (setup outside the budget: {sv.setup_s} s)" if sv.setup_s is not None else "")], ["date", sv.date],
         ["status", sv.status + (f": {sv.reason}" if sv.reason else "")]]))
