@@ -143,10 +143,37 @@ def _remote(ray, *, fresh_worker: bool = False):
     return navigator_phase
 
 
+class Heartbeat:
+    """A line every ``every_s`` seconds for each task running longer than that, as a single
+    convert prints for its long steps: a convert-many build is never silent for minutes."""
+
+    def __init__(self, reporter, every_s: float, clock=time.monotonic):
+        self.reporter, self.every_s, self.clock = reporter, every_s, clock
+        self._since: dict = {}
+        self._told: dict = {}
+
+    def started(self, task) -> None:
+        self._since[task] = self.clock()
+
+    def ended(self, task) -> None:
+        self._since.pop(task, None)
+        self._told.pop(task, None)
+
+    def tick(self, running: dict) -> None:
+        """``running``: task -> (model name, phase)."""
+        now = self.clock()
+        for task, (name, phase) in running.items():
+            since = self._since.get(task, now)
+            if now - since >= self.every_s and now - self._told.get(task, since) >= self.every_s:
+                self._told[task] = now
+                self.reporter.progress(name, phase, None, now - since)
+
+
 def run_on_ray(manifest: Manifest, run: dict, reporter, *, max_parallel: int | None = None) -> list[ModelOutcome]:
     import ray
 
     from navigator.many.cluster import task_resources
+    from navigator.pipeline.progress import EVERY_S
 
     fn = _remote(ray)
     fn_fresh = _remote(ray, fresh_worker=True)   # factories: their import puts folders on sys.path, modules
@@ -155,6 +182,7 @@ def run_on_ray(manifest: Manifest, run: dict, reporter, *, max_parallel: int | N
     waiting = deque(_Job(outcome=o, phases=phases_of(o.entry)) for o in outcomes)
     ready: deque[_Job] = deque()     # models whose next phase (measure) or retry may go now
     inflight: dict = {}
+    beat = Heartbeat(reporter, EVERY_S)
     limit = max_parallel or len(outcomes)
 
     def submit(job: _Job) -> None:
@@ -164,6 +192,7 @@ def run_on_ray(manifest: Manifest, run: dict, reporter, *, max_parallel: int | N
         task_fn = fn_fresh if job.entry.is_factory else fn   # in sys.modules: a worker of its own
         ref = task_fn.options(name=f"navigator {job.entry.name} {job.current}", **opts).remote(request(run, job))
         inflight[ref] = job
+        beat.started(ref)
         reporter.step_start(job.entry.name, job.current, None)
 
     try:
@@ -173,8 +202,10 @@ def run_on_ray(manifest: Manifest, run: dict, reporter, *, max_parallel: int | N
             while waiting and len(inflight) < limit:
                 submit(waiting.popleft())
             done, _ = ray.wait(list(inflight), num_returns=1, timeout=POLL_S)
+            beat.tick({ref: (job.entry.name, job.current) for ref, job in inflight.items()})
             for ref in done:
                 job = inflight.pop(ref)
+                beat.ended(ref)
                 try:
                     result = ray.get(ref)
                 except lost_errors as e:

@@ -239,3 +239,26 @@ def test_a_node_that_cannot_see_the_workdir_or_runs_another_navigator_says_so(tm
     out = run_phase({**other, "name": "m", "phase": "full", "attempt": 1, "run_id": "r1"}, where=where)
     assert (out["status"], out["exit_code"]) == ("error", 2) and "not visible" in out["message"]
     assert not (tmp_path / "m.nav.workspace").exists()      # nothing written where it could not see
+
+
+def test_a_long_task_gets_a_progress_line_every_15_s():
+    """convert-many is never silent during a long build: one line per running task every 15 s."""
+    from navigator.many.schedule import Heartbeat
+
+    lines, now = [], [0.0]
+
+    class Reporter:
+        def progress(self, key, stage, runner, elapsed_s):
+            lines.append((key, stage, round(elapsed_s)))
+
+    beat = Heartbeat(Reporter(), 15.0, clock=lambda: now[0])
+    beat.started("a")
+    for t in range(0, 50):
+        now[0] = float(t)
+        if t == 20:
+            beat.started("b")
+        if t == 40:
+            beat.ended("a")
+        running = {k: (f"model_{k}", "build") for k in ("a", "b") if k in beat._since}
+        beat.tick(running)
+    assert lines == [("model_a", "build", 15), ("model_a", "build", 30), ("model_b", "build", 15)]
