@@ -27,7 +27,7 @@ _DESTS = ("repo", "formats", "model_name", "model_version", "max_batch_size", "i
           "response_cache", "rate_limit_resources", "rate_limit_priority", "queue_policy", "priority_levels",
           "default_priority_level", "cuda_graphs", "ort_trt_precision", "preprocess", "postprocess",
           "execution_env", "aoti_native", "force", "tokenizer", "sequence_strategy", "max_candidate_sequences",
-          "sequence_idle_us")
+          "sequence_idle_us", "deploy")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--model-version", type=int, metavar="N", help="version folder (default: the next free number)")
     g.add_argument("--force", action="store_true", default=None,
                    help="replace an existing version N / a config whose interface differs")
+    g.add_argument("--deploy", metavar="DIR|none",
+                   help="the deploy kit: run.sh (docker run of Triton's container) and client.py (default "
+                        "<workspace>/deploy/; never inside the repository, where Triton would take it for a model)")
     b = parser.add_argument_group("batching and instances")
     b.add_argument("--max-batch-size", type=int, metavar="N",
                    help="default: the shape profile's largest batch; 0 turns batching off")

@@ -74,6 +74,7 @@ class TritonOptions:
     max_candidate_sequences: int = 4            # oldest: sequences batched together
     sequence_idle_us: int = 5_000_000           # a sequence idle this long is released
     force: bool = False                         # overwrite an existing version / an incompatible config
+    deploy: str | None = None                   # the deploy kit's folder (default <workspace>/deploy); "none": off
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TritonOptions)}
@@ -84,7 +85,7 @@ _INT_FIELDS = {"model_version": 1, "max_batch_size": 0, "instances": 1, "max_que
 SEQUENCE_STRATEGIES = ("oldest", "direct")
 _BOOL_FIELDS = ("dynamic_batching", "warmup", "python_backend", "response_cache", "cuda_graphs", "aoti_native",
                 "force", "tokenizer")
-_PATH_FIELDS = ("repo", "labels", "preprocess", "postprocess", "execution_env")
+_PATH_FIELDS = ("repo", "labels", "preprocess", "postprocess", "execution_env", "deploy")
 
 
 # the largest value each integer field may take: config.pbtxt's field types (int32 for batch sizes,

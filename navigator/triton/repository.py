@@ -107,6 +107,7 @@ def _emit(ws, opts: TritonOptions, status) -> EmitResult:
     if repo == ws.root or any(r == repo or r in repo.parents for r in ws.record_dirs):
         raise UserInputError(f"--repo {repo}: inside the workspace's own records; use {ws.triton_dir} or a "
                              "folder outside the workspace")
+    _deploy_folder(ws, opts, repo)
     notes: list[str] = []
     keys = select_formats(st, opts.formats, notes)
     base = triton_name(opts.model_name or st.model.name)
@@ -166,7 +167,38 @@ def _emit_models(ws, st, opts: TritonOptions, repo: Path, keys: list[str], base:
         result.models.append(EmittedModel(name=p.name, version=version, role=p.role, key=p.key,
                                           backend=p.platform or p.backend, python=p.python, path=repo / p.name))
     log.info("triton repository %s: %s (version %d)", repo, ", ".join(names), version)
+    _deploy_kit(ws, opts, result, emissions)
     return result
+
+
+def _deploy_folder(ws, opts: TritonOptions, repo: Path) -> Path | None:
+    """Where the deploy kit goes (None: --deploy none); checked before anything is written."""
+    if opts.deploy is not None and opts.deploy.lower() == "none":
+        return None
+    folder = Path(opts.deploy).expanduser().resolve() if opts.deploy else ws.root / "deploy"
+    if folder == repo or repo in folder.parents:
+        raise UserInputError(f"--deploy {folder}: inside the repository, Triton would take it for a model and fail "
+                             "to start; give a folder outside it")
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise UserInputError(f"--deploy {folder}: not a folder (a link or a file); give another")
+    return folder
+
+
+def _deploy_kit(ws, opts: TritonOptions, result: EmitResult, emissions: list) -> None:
+    """run.sh and client.py beside the repository (navigator.triton.deploy)."""
+    from navigator.triton import deploy as deploy_mod
+
+    folder = _deploy_folder(ws, opts, result.repo)
+    if folder is None:
+        return
+    served = result.served[0]
+    plan = next(e.plan for e in emissions if e.plan.name == served)
+    io = {t.name: t.source or t.name for t in [*plan.inputs, *plan.outputs]}
+    stem = "000.npz"
+    reference = ws.reference_dir / stem if plan.role == "model" else None   # an ensemble's outputs are its own
+    written = deploy_mod.write(folder, result.repo, served, result.models, ws.inputs_dir / stem, reference, io)
+    result.notes.append(f"deploy kit: {folder} ({', '.join(p.name for p in written)}): bash run.sh serves the "
+                        "repository in Triton's container; python client.py calls it")
 
 
 # --------------------------------------------------------------------------- versions

@@ -104,6 +104,18 @@ def config_backend(path: Path) -> str | None:
 RESPONSE_CACHE_BYTES = 64 << 20   # the local response cache's pool when a served config enables it
 
 
+def server_flags(configs) -> list[str]:
+    """The tritonserver flags these ModelConfigs need: without them Triton loads a response cache
+    and a rate limiter switched off, and says nothing."""
+    configs = list(configs)
+    flags = []
+    if any(c.response_cache.enable for c in configs):
+        flags.append(f"--cache-config=local,size={RESPONSE_CACHE_BYTES}")
+    if any(g.HasField("rate_limiter") for c in configs for g in c.instance_group):
+        flags.append("--rate-limit=execution_count")   # resources: the server sizes them from the configs
+    return flags
+
+
 class TritonServer:
     """A ``tritonserver`` process serving ``repo`` on 127.0.0.1 (a context manager).
 
@@ -218,21 +230,15 @@ class TritonServer:
         and says nothing. A flag the caller passed (``extra_args``) wins."""
         from navigator.triton import config as cfg_mod
 
-        cache = limiter = False
-        for name in (self.models if self.models is not None else model_folders(self.repo)):
-            cfg = cfg_mod.parse((self.repo / name / "config.pbtxt").read_text(encoding="utf-8", errors="replace"),
-                                source=f"{name}/config.pbtxt")
-            cache |= cfg.response_cache.enable
-            limiter |= any(g.HasField("rate_limiter") for g in cfg.instance_group)
+        configs = [cfg_mod.parse((self.repo / name / "config.pbtxt").read_text(encoding="utf-8", errors="replace"),
+                                 source=f"{name}/config.pbtxt")
+                   for name in (self.models if self.models is not None else model_folders(self.repo))]
         given = " ".join(self.extra_args)
-        flags = []
-        if cache and "--cache-config" not in given:
-            flags.append(f"--cache-config=local,size={RESPONSE_CACHE_BYTES}")
-            caches = self.env.tritonserver.parent.parent / "caches" if self.env is not None else None
-            if self.tritonserver is None and caches is not None and caches.is_dir() and "--cache-directory" not in given:
-                flags.append(f"--cache-directory={caches}")   # the wheel's local cache, not /opt/tritonserver's
-        if limiter and "--rate-limit" not in given:
-            flags.append("--rate-limit=execution_count")   # resources: the server sizes them from the configs
+        flags = [f for f in server_flags(configs) if f.split("=")[0] not in given]
+        caches = self.env.tritonserver.parent.parent / "caches" if self.env is not None else None
+        if any(f.startswith("--cache-config") for f in flags) and self.tritonserver is None and caches is not None \
+                and caches.is_dir() and "--cache-directory" not in given:
+            flags.append(f"--cache-directory={caches}")   # the wheel's local cache, not /opt/tritonserver's
         return flags
 
     def start(self) -> "TritonServer":

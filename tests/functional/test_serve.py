@@ -273,6 +273,33 @@ def test_the_server_runs_with_what_the_configs_ask_for(server_env, ws, tmp_path)
     assert re.search(r"\|\s*rate_limit\s*\|\s*EXEC_COUNT", log) and re.search(r"\|\s*cache_enabled\s*\|\s*1", log)
 
 
+def test_the_deploy_kit_client_gets_the_reference_outputs_in_every_mode(server_env, ws, tmp_path, cli):
+    """navigator triton writes deploy/ beside the repository: run.sh (the docker run line, with the
+    flags the configs need) and client.py, which gets the reference outputs from the real server
+    over HTTP and gRPC, sync and async, with and without system shared memory."""
+    from navigator.triton.server import TritonServer
+
+    repo = tmp_path / "repo"
+    kit = tmp_path / "kit"
+    r = cli("triton", ws, "--repo", repo, "--formats", "onnx", "--model-name", "kitted", "--response-cache",
+            "--deploy", kit)
+    assert r.returncode == 0, r.stderr
+    assert f"deploy kit: {kit}" in r.stdout
+    run_sh = (kit / "run.sh").read_text()
+    assert "--load-model=kitted" in run_sh and "--cache-config=local,size=" in run_sh
+    assert subprocess.run(["bash", "-n", kit / "run.sh"]).returncode == 0
+    with TritonServer(repo, cpu_backends=True) as server:
+        for extra in ([], ["--async"], ["--shared-memory"], ["--async", "--shared-memory"]):
+            for protocol, url in (("http", server.http_url), ("grpc", server.grpc_url)):
+                out = subprocess.run([sys.executable, kit / "client.py", "--protocol", protocol, "--url", url,
+                                      "--reference", *extra], capture_output=True, text=True, timeout=120)
+                assert out.returncode == 0 and "matches the reference" in out.stdout, (protocol, extra, out.stdout,
+                                                                                       out.stderr)
+    assert not [p for p in Path("/dev/shm").iterdir() if p.name.startswith("kitted_")]   # regions removed
+    one_line_error(cli("triton", ws, "--repo", repo, "--formats", "onnx", "--model-name", "kitted", "--force",
+                       "--deploy", repo / "deploy"), "inside the repository")
+
+
 # --------------------------------------------------------------------------- the CLI
 def _bad_repo(repo: Path, tmp_path: Path, name: str, edit) -> Path:
     bad = tmp_path / "bad"
