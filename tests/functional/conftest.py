@@ -88,6 +88,20 @@ def _stray(before: set[str], after: set[str], tmp_path: Path) -> list[str]:
                   if not any(p == a or p.startswith(a + os.sep) or a.startswith(p + os.sep) for a in allowed))
 
 
+# The quick check (`pytest -m "not slow"`: the unit tests and these modules, a few minutes on 2
+# cores): ONNX models through onnxruntime, the CLI's and the API's contracts, bad input. Every other
+# functional module (Triton servers, Ray, torch.compile, TensorFlow, Hugging Face, trained models,
+# profiles) is marked slow here, besides the tests marked slow by hand.
+QUICK_MODULES = {"test_api", "test_bad_input", "test_convert_cli", "test_debug", "test_errors_cli", "test_gate",
+                 "test_onnx_optimized", "test_plugins", "test_format_plugin", "test_verdicts", "test_precision_edges"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.stem not in QUICK_MODULES and "functional" in item.path.parts:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def nothing_written_outside_tmp(tmp_path):
     before = _repo_files()
