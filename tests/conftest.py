@@ -14,6 +14,25 @@ _spec.loader.exec_module(models)
 FAST = ["--profile-budget-s", "1", "--max-batch-size", "4", "--timeout", "120", "--device", "cpu"]
 
 
+def pytest_configure(config):
+    """A home of this session's own (HOME and the XDG folders in a temporary folder, removed at the
+    end): what a test writes there is this session's, so the check that nothing is written outside
+    tmp_path (tests/functional/conftest.py) holds while another suite, or a person, uses the real
+    home at the same time. The prepared Triton environment stays where it is (NAVIGATOR_CACHE)."""
+    import shutil
+    import tempfile
+
+    from navigator.triton.server_env import cache_dir
+
+    os.environ.setdefault("NAVIGATOR_CACHE", str(cache_dir().parent))
+    home = Path(tempfile.mkdtemp(prefix="navigator-test-home-"))
+    os.environ["HOME"] = str(home)
+    for var, sub in (("XDG_CACHE_HOME", ".cache"), ("XDG_CONFIG_HOME", ".config"), ("XDG_DATA_HOME", ".local/share")):
+        (home / sub).mkdir(parents=True)
+        os.environ[var] = str(home / sub)
+    config.add_cleanup(lambda: shutil.rmtree(home, ignore_errors=True))
+
+
 @pytest.fixture
 def onnx_model(tmp_path):
     """Write one of tests/models.py's models into tmp_path and return its path."""

@@ -230,9 +230,14 @@ class TritonServer:
         and says nothing. A flag the caller passed (``extra_args``) wins."""
         from navigator.triton import config as cfg_mod
 
-        configs = [cfg_mod.parse((self.repo / name / "config.pbtxt").read_text(encoding="utf-8", errors="replace"),
-                                 source=f"{name}/config.pbtxt")
-                   for name in (self.models if self.models is not None else model_folders(self.repo))]
+        configs = []
+        for name in (self.models if self.models is not None else model_folders(self.repo)):
+            try:
+                configs.append(cfg_mod.parse((self.repo / name / "config.pbtxt").read_text(encoding="utf-8",
+                                                                                           errors="replace"),
+                                             source=f"{name}/config.pbtxt"))
+            except (UserInputError, OSError):   # the server's load says what is wrong with it, in its words
+                continue
         given = " ".join(self.extra_args)
         flags = [f for f in server_flags(configs) if f.split("=")[0] not in given]
         caches = self.env.tritonserver.parent.parent / "caches" if self.env is not None else None

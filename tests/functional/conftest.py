@@ -13,9 +13,9 @@ Two checks, both cheap (a `git status` and a few dozen `listdir` calls per test)
 Not covered: writes deeper than two levels into folders that already exist
 (e.g. a new file in ``~/.cache/pip/http/…``), changes to existing files, and
 anything outside home and the current directory. Catching those would take a
-file-system watcher (fanotify needs root) or a full tree walk per test. Other
-processes writing into home at the same time (a second test run) can make the
-check fail spuriously; CI runs one suite at a time.
+file-system watcher (fanotify needs root) or a full tree walk per test. Each session
+has a home of its own (tests/conftest.py), so another suite or a person using the
+real home at the same time cannot make the check fail.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ _IGNORED = (".venv", "__pycache__", ".pytest_cache", ".hypothesis", ".egg-info",
 _FRAMEWORK_CACHES = (".keras", ".cache/matplotlib", ".config/matplotlib", ".cache/torch", ".cache/pip",
                      ".nv", ".triton", ".cache/huggingface", ".cache/tensorflow", ".python_history",
                      ".cache/Microsoft",   # onnxruntime's telemetry db (DeveloperTools/.onnxruntime)
-                     "intel")              # OpenVINO's cache on first compile
+                     "intel",              # OpenVINO's cache on first compile
+                     ".rustup")            # pip's user agent runs `rustc --version`; rustup's proxy keeps settings
 _CWD_IGNORED = (".pytest_cache", "__pycache__", ".hypothesis", ".coverage")
 
 

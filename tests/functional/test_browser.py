@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -52,9 +53,13 @@ def _serve(folder: Path):
 
 
 def _look(base: str, page: str, tmp: Path) -> dict:
+    # chromium keeps caches under $HOME and the XDG folders whatever --user-data-dir says: all in tmp
+    home = tmp / "chromium-home"
+    env = dict(os.environ, HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), XDG_CONFIG_HOME=str(home / ".config"),
+               XDG_DATA_HOME=str(home / ".local" / "share"))
     r = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                         f"--user-data-dir={tmp / 'profile'}", "--virtual-time-budget=10000", "--dump-dom",
-                        f"{base}/check.html?page={page}"], capture_output=True, text=True, timeout=120)
+                        f"{base}/check.html?page={page}"], capture_output=True, text=True, timeout=120, env=env)
     found = re.search(r'<pre id="result">(.*?)</pre>', r.stdout, flags=re.S)
     assert found and found.group(1) != "pending", f"{page}: the page did not load\n{r.stdout[-500:]}{r.stderr[-500:]}"
     return json.loads(found.group(1).replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">")
