@@ -8,7 +8,7 @@ BPE for GPT-2 / RoBERTa / Llama) and saved with ``PreTrainedTokenizerFast.save_p
 
 Weights are random, so each config uses ``initializer_range`` 0.2 (transformers' default
 0.02 leaves the outputs of such small models nearly constant across inputs, and every check
-of them inconclusive: README "Verification"). Seeded: the same folder on every call.
+of them inconclusive: docs/concepts/verification.md). Seeded: the same folder on every call.
 
 ``python tests/hf_models.py DIR`` writes them all to DIR.
 """

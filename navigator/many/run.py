@@ -37,7 +37,7 @@ def convert_many(manifest: Any, *, workdir: str | os.PathLike | None = None, ray
                  max_parallel: int | None = None, progress: bool | None = None, reporter=None,
                  keep_ray_logs: bool = False) -> ManyResult:
     """Convert every model of ``manifest`` (a YAML path or a mapping: ``defaults:``, ``models:``,
-    optional ``resources:`` and ``retries:``; see README "Many models") into ``workdir``
+    optional ``resources:`` and ``retries:``; see docs/how-to/convert-many.md) into ``workdir``
     (default ./navigator_workdir), each workspace exactly as ``navigator convert`` writes it.
 
     A bad manifest raises UserInputError before any work. A model that fails (a target, bad

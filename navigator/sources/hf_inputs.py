@@ -10,8 +10,8 @@ from the shortest that gives two frames (torch.export specialises a dim of size 
 range starts where intermediate dims are at least 2) to ten seconds.
 
 Generated samples are made informative, because random inputs of a randomly initialised
-model otherwise give near-identical outputs that no check can tell apart (README
-"Verification"): token rows are padded at the tokenizer's side with the pad id under a
+model otherwise give near-identical outputs that no check can tell apart (docs/concepts/
+verification.md): token rows are padded at the tokenizer's side with the pad id under a
 zero mask (the first row full), two segments of token types, images a smooth per-sample
 field plus noise, audio a few tones plus noise. numpy only; torch runs inside the probes.
 """

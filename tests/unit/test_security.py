@@ -1,4 +1,4 @@
-"""The trust model's mechanical rules, checked over the source (README, "Trust model")."""
+"""The trust model's mechanical rules, checked over the source (docs/concepts/trust.md)."""
 
 from __future__ import annotations
 
