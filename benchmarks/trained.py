@@ -502,8 +502,8 @@ def _attribute_served(rows: list[dict]) -> None:
 
 def classify(row: dict) -> str:
     """Navigator's verdict beside the task on held-out inputs: agrees, verified-but-wrong,
-    correct-but-failed, inconclusive (no claim), cross-check (a duplicate row), or none (no verdict or
-    no measurement)."""
+    correct-but-failed, inconclusive (no claim), unjudged (too few held-out rows to show the budget),
+    cross-check (a duplicate row), or none (no verdict or no measurement)."""
     m = row.get("task")
     within = m.get("within") if m else None
     if row.get("cross_check"):
@@ -512,6 +512,8 @@ def classify(row: dict) -> str:
         return "none"
     if row.get("verify") == "inconclusive":
         return "inconclusive"
+    if within is None:   # the held-out rows are too few to show the budget either way
+        return "unjudged"
     ok = row.get("verify") == "ok"
     if ok == within:
         return "agrees"
@@ -546,6 +548,7 @@ def render(results: list[dict], meta: dict) -> str:
             name = f"{r['model']} {row['format']} {row['runner']}"
             ag = {"cross-check": "(cross-check of the openvino-default row)", "none": "-",
                   "inconclusive": "no claim (inconclusive)", "agrees": "yes",
+                  "unjudged": "- (too few held-out rows to show the budget)",
                   "verified-but-wrong": "**no: verified but wrong**",
                   "correct-but-failed": "**no: correct but failed**"}[what]
             if what == "inconclusive":   # no claim either way: not verified, not failed

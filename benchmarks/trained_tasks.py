@@ -46,7 +46,12 @@ BUDGET_NOTES = {
 }
 
 
-def within_budget(task: str, metrics: dict) -> bool:
+def within_budget(task: str, metrics: dict) -> bool | None:
+    """The held-out truth: False when a budget is missed (a few rows can show that), None when it is
+    met on fewer rows than a rate budget needs to be shown (none wrong among n bounds the wrong rate
+    by 3/n at 95%: the rule Navigator's own verdicts follow), else True."""
+    changed = str(metrics.get("changed") or "")
+    rows = int(changed.split("/")[1]) if "/" in changed and changed.split("/")[1].isdigit() else None
     for name, op, bound in BUDGETS[task]:
         v = metrics.get(name)
         if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -55,6 +60,9 @@ def within_budget(task: str, metrics: dict) -> bool:
             return False
         if op == "<=" and not v <= bound:
             return False
+    rates = [bound for _, op, bound in BUDGETS[task] if op == ">=" and 0 < bound < 1]
+    if rows is not None and rates and rows < math.ceil(3 / (1 - max(rates)) - 1e-9):
+        return None
     return True
 
 
@@ -407,13 +415,15 @@ MAGIKA_EXTS = ["py", "pyc", "pyi", "json", "xml", "html", "htm", "png", "gif", "
 
 
 def magika_files(per_ext: int, seed: int = 0) -> list[Path]:
-    """Real files of varied types from the Python stdlib and site-packages, up to per_ext per extension,
-    picked deterministically (sorted path list, seeded choice), each >= 64 bytes."""
-    roots = [Path(sysconfig.get_paths()["stdlib"]), Path(sysconfig.get_paths()["purelib"])]
+    """Real files of varied types from the Python standard library, up to per_ext per extension,
+    picked deterministically (sorted path list, seeded choice), each >= 64 bytes. Only the standard
+    library (no site-packages, no __pycache__): the installed packages differ between a developer's
+    machine and CI's fresh venv, and the samples, hence the verdicts, must not."""
+    roots = [Path(sysconfig.get_paths()["stdlib"])]
     found: dict[str, list[Path]] = {}
     for root in roots:
         for dirpath, dirnames, filenames in os.walk(root):
-            dirnames.sort()
+            dirnames[:] = sorted(d for d in dirnames if d not in ("site-packages", "dist-packages", "__pycache__"))
             for fn in sorted(filenames):
                 ext = fn.rsplit(".", 1)[-1] if "." in fn else fn
                 if ext in MAGIKA_EXTS:
