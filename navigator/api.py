@@ -169,12 +169,9 @@ def convert(model: Any, samples: Any = None, *, targets=None, workdir: str | os.
     if workdir is not None:
         extra["workdir"] = os.fspath(workdir)
     config = from_mapping(extra, base=config, source="navigator.convert()")
-    if progress is None:
-        reporter = Reporter("auto", on_progress=on_progress)
-        if reporter.mode != "rich":
-            reporter = Reporter("quiet", on_progress=on_progress)
-    else:
-        reporter = Reporter("auto" if progress else "quiet", on_progress=on_progress)
+    reporter = Reporter("auto" if progress or progress is None else "quiet", on_progress=on_progress)
+    if progress is None and reporter.mode != "rich":   # by default step lines only on a terminal
+        reporter = Reporter("quiet", on_progress=on_progress)
     outcome = run_convert(model, samples, config, reporter, verify_func=verify_func)
     result = Result(workspace=outcome.workspace.root, status=outcome.status, exit_code=outcome.exit_code,
                     failures=outcome.failures, timings=outcome.timings, memory_tree=outcome.memory_tree)

@@ -203,7 +203,7 @@ def summary_rows(status) -> list[list[str]]:
             peak = rs.profile.peak() if rs.profile.status == "ok" else None
             best = f"{peak.throughput:.1f}/s @ {peak.batch_size}" if peak else "-"
             top = max(rs.profile.results, key=lambda r: r.throughput, default=None) if peak else None
-            if top is not None and top is not peak and top.throughput > peak.throughput:
+            if top is not None and top.throughput > peak.throughput:
                 # the race's side-by-side figure is what best uses; the higher one was measured alone, earlier
                 best += f" (alone: {top.throughput:.1f}/s @ {top.batch_size})"
             rows.append([key, rkey, conv, rs.verify.status, rs.profile.status, best])

@@ -152,10 +152,10 @@ def kill_descendants(timeout_s: float = 2.0) -> None:
     by the next listing. Zombies are reaped on the way; gives up after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
-        alive = descendants(os.getpid(), running=True)
-        if not alive:
+        left = descendants(os.getpid(), running=True)
+        if not left:
             return
-        for pid in alive:
+        for pid in left:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):

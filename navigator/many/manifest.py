@@ -20,7 +20,6 @@ never imports torch.
 from __future__ import annotations
 
 import math
-
 import os
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -104,9 +104,6 @@ def outcome_code(st: Status, requested: list[str]) -> tuple[int, list[str]]:
     return (1 if failures else 0), failures
 
 
-TASK_MODES = ("top1", "detections", "mask", "cosine")
-
-
 def verdict_cure(key: str, fs, verify) -> str | None:
     """What to do about a failed or inconclusive verdict, in one clause: the outputs' recorded cures
     when inconclusive; for a failed one, a higher precision or an explicit budget when a task rule
@@ -121,9 +118,11 @@ def verdict_cure(key: str, fs, verify) -> str | None:
     failed = {name: c for name, c in checks.items() if not c.passed}
     if not failed:
         return None
+    from navigator.validators.tolerances import TASK_MODE
+
     name = next(iter(failed))
-    if any(c.mode in TASK_MODES for c in failed.values()):
-        mode = next(c.mode for c in failed.values() if c.mode in TASK_MODES)
+    mode = next((c.mode for c in failed.values() if c.mode in TASK_MODE.values()), None)
+    if mode is not None:
         return (f"this {fs.precision} format changes the task's answer on these samples: serve a higher precision, "
                 f"or state the budget your task allows (--compare {name}:{mode}=VALUE)")
     debug = (f"`navigator debug WS {key}` names the first node that leaves tolerance, or "

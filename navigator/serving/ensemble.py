@@ -54,7 +54,7 @@ class EnsembleTarget:
 def _load(path: Path):
     from navigator.triton import config as cfg_mod
 
-    return cfg_mod.parse(path.read_text(encoding="utf-8"), source=str(path))
+    return cfg_mod.read(path)
 
 
 def find(repo: Path, name: str, formats: dict) -> EnsembleTarget | None:

@@ -80,6 +80,7 @@ def latency_summary_ms(latencies_s: list[float]) -> dict[str, float]:
 MIN_WINDOW_MS = 250
 DEFAULT_WINDOW_MS = 2000
 
+
 @dataclass
 class Measurement:
     """One (configuration, concurrency, request batch size) point; the same record from

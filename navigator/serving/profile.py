@@ -47,7 +47,6 @@ log = logging.getLogger(__name__)
 PERF_ANALYZER_MODES = ("auto", "on", "off")
 WARMUP_S = 0.2
 PA_START_S = 1.0          # perf_analyzer's start-up and connection, roughly
-
 FINISH_RESERVE_S = 4.0     # seconds of the budget kept for stopping the server and writing the outputs
 
 

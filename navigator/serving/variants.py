@@ -64,7 +64,7 @@ def space(base, role: str, opts, *, key: str) -> Space:
 def load_config(path: Path):
     from navigator.triton import config as cfg_mod
 
-    return cfg_mod.parse(Path(path).read_text(encoding="utf-8"), source=str(path))
+    return cfg_mod.read(path)
 
 
 def preferred_sizes(base) -> list[int]:

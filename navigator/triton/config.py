@@ -16,6 +16,7 @@ tritonclient and protobuf are imported inside functions only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from navigator.errors import UserInputError
@@ -270,6 +271,11 @@ def parse(text: str, *, source: str = "config.pbtxt"):
     except text_format.ParseError as e:
         raise UserInputError(f"{source} is not a valid Triton ModelConfig ({e})") from None
     return cfg
+
+
+def read(path) -> object:
+    """The ``ModelConfig`` of a config.pbtxt file (:func:`parse`, named by its path)."""
+    return parse(Path(path).read_text(encoding="utf-8"), source=str(path))
 
 
 def as_dict(cfg) -> dict:

@@ -64,8 +64,7 @@ def write(deploy: Path, repo: Path, served: str, models: list, sample: Path | No
     deploy.mkdir(parents=True, exist_ok=True)
     names = [m.name for m in models]
     tag, why = release_for(repo, names)
-    configs = {m.name: cfg_mod.parse((repo / m.name / "config.pbtxt").read_text(encoding="utf-8"),
-                                     source=f"{m.name}/config.pbtxt") for m in models}
+    configs = {m.name: cfg_mod.read(repo / m.name / "config.pbtxt") for m in models}
     gpu = any(g.kind == g.KIND_GPU for c in configs.values() for g in c.instance_group)
     python = [m.name for m in models if m.python]
     flags = server_flags(configs.values())

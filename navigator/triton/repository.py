@@ -107,7 +107,7 @@ def _emit(ws, opts: TritonOptions, status) -> EmitResult:
     if repo == ws.root or any(r == repo or r in repo.parents for r in ws.record_dirs):
         raise UserInputError(f"--repo {repo}: inside the workspace's own records; use {ws.triton_dir} or a "
                              "folder outside the workspace")
-    _deploy_folder(ws, opts, repo)
+    deploy = _deploy_folder(ws, opts, repo)   # checked before anything is written
     notes: list[str] = []
     keys = select_formats(st, opts.formats, notes)
     base = triton_name(opts.model_name or st.model.name)
@@ -115,7 +115,7 @@ def _emit(ws, opts: TritonOptions, status) -> EmitResult:
     if use is None:
         use = len(keys) == 1 and not opts.preprocess and tokenizer_mod.why_not(st) is None
     if not use:
-        return _emit_models(ws, st, opts, repo, keys, base, notes, None)
+        return _emit_models(ws, st, opts, repo, keys, base, notes, None, deploy)
     if len(keys) != 1:
         raise UserInputError("--tokenizer wraps one format in an ensemble; choose one with --formats best or "
                              "--formats KEY")
@@ -124,11 +124,11 @@ def _emit(ws, opts: TritonOptions, status) -> EmitResult:
         tok = tokenizer_mod.steps(st, opts, Path(tmp), notes)
         opts = dataclasses.replace(opts, preprocess=str(tok.step),
                                    postprocess=opts.postprocess or (str(tok.step) if tok.labels else None))
-        return _emit_models(ws, st, opts, repo, keys, base, notes, tok)
+        return _emit_models(ws, st, opts, repo, keys, base, notes, tok, deploy)
 
 
 def _emit_models(ws, st, opts: TritonOptions, repo: Path, keys: list[str], base: str, notes: list[str],
-                 tok) -> EmitResult:
+                 tok, deploy: Path | None) -> EmitResult:
     ensemble = bool(opts.preprocess or opts.postprocess)
     if ensemble and len(keys) != 1:
         raise UserInputError("--preprocess/--postprocess wrap one format in an ensemble; choose one with "
@@ -167,12 +167,13 @@ def _emit_models(ws, st, opts: TritonOptions, repo: Path, keys: list[str], base:
         result.models.append(EmittedModel(name=p.name, version=version, role=p.role, key=p.key,
                                           backend=p.platform or p.backend, python=p.python, path=repo / p.name))
     log.info("triton repository %s: %s (version %d)", repo, ", ".join(names), version)
-    _deploy_kit(ws, opts, result, emissions)
+    if deploy is not None:
+        _deploy_kit(ws, deploy, result, emissions)
     return result
 
 
 def _deploy_folder(ws, opts: TritonOptions, repo: Path) -> Path | None:
-    """Where the deploy kit goes (None: --deploy none); checked before anything is written."""
+    """Where the deploy kit goes (None: --deploy none)."""
     if opts.deploy is not None and opts.deploy.lower() == "none":
         return None
     folder = Path(opts.deploy).expanduser().resolve() if opts.deploy else ws.root / "deploy"
@@ -184,13 +185,10 @@ def _deploy_folder(ws, opts: TritonOptions, repo: Path) -> Path | None:
     return folder
 
 
-def _deploy_kit(ws, opts: TritonOptions, result: EmitResult, emissions: list) -> None:
-    """run.sh and client.py beside the repository (navigator.triton.deploy)."""
+def _deploy_kit(ws, folder: Path, result: EmitResult, emissions: list) -> None:
+    """run.sh and client.py in ``folder``, beside the repository (navigator.triton.deploy)."""
     from navigator.triton import deploy as deploy_mod
 
-    folder = _deploy_folder(ws, opts, result.repo)
-    if folder is None:
-        return
     served = result.served[0]
     plan = next(e.plan for e in emissions if e.plan.name == served)
     io = {t.name: t.source or t.name for t in [*plan.inputs, *plan.outputs]}
@@ -235,7 +233,7 @@ def _check_existing(repo: Path, emissions: list[Emission], version: int, opts: T
         config_path = model_dir / "config.pbtxt"
         others = [v for v in existing_versions(model_dir) if v != version]
         if config_path.is_file() and others:
-            old = cfg_mod.parse(config_path.read_text(encoding="utf-8"), source=str(config_path))
+            old = cfg_mod.read(config_path)
             diffs = cfg_mod.io_differences(old, e.config)
             if diffs and not opts.force:
                 raise UserInputError(f"Triton model {e.plan.name} in {repo} has version(s) "
@@ -391,5 +389,5 @@ def _verify_written(repo: Path, emissions: list[Emission]) -> None:
     """Every config.pbtxt now in the repository parses as ModelConfig and is the one planned."""
     for e in emissions:
         path = repo / e.plan.name / "config.pbtxt"
-        if cfg_mod.parse(path.read_text(encoding="utf-8"), source=str(path)) != e.config:
+        if cfg_mod.read(path) != e.config:
             raise RuntimeError(f"{path} changed while it was written")

@@ -233,10 +233,8 @@ class TritonServer:
         configs = []
         for name in (self.models if self.models is not None else model_folders(self.repo)):
             try:
-                configs.append(cfg_mod.parse((self.repo / name / "config.pbtxt").read_text(encoding="utf-8",
-                                                                                           errors="replace"),
-                                             source=f"{name}/config.pbtxt"))
-            except (UserInputError, OSError):   # the server's load says what is wrong with it, in its words
+                configs.append(cfg_mod.read(self.repo / name / "config.pbtxt"))
+            except (UserInputError, OSError, ValueError):   # the server's load says what is wrong, in its words
                 continue
         given = " ".join(self.extra_args)
         flags = [f for f in server_flags(configs) if f.split("=")[0] not in given]

@@ -83,11 +83,16 @@ def _project_site_paths() -> list[str]:
     return out
 
 
-def _env_for(venv: Path, lib_dir: Path) -> dict:
+def _library_dirs(venv: Path, lib_dir: Path) -> list[str]:
+    """What tritonserver and perf_analyzer link from: Python's libdir, the wheel's libs, our links."""
     libs = [sysconfig.get_config_var("LIBDIR") or "", str(_site_packages(venv) / "nvidia_pytriton.libs"),
             str(lib_dir)]
+    return [p for p in libs if p]
+
+
+def _env_for(venv: Path, lib_dir: Path) -> dict:
     old = os.environ.get("LD_LIBRARY_PATH")
-    return {"LD_LIBRARY_PATH": os.pathsep.join([p for p in libs if p] + ([old] if old else [])),
+    return {"LD_LIBRARY_PATH": os.pathsep.join(_library_dirs(venv, lib_dir) + ([old] if old else [])),
             "PATH": os.pathsep.join([str(venv / "bin"), os.environ.get("PATH", "/usr/bin:/bin")])}
 
 
@@ -172,8 +177,7 @@ def _perf_analyzer_wrapper(root: Path, env: ServerEnv) -> Path | None:
     ...) on its path, so the command a user copies runs as printed; rewritten when it differs."""
     if env.perf_analyzer is None:
         return None
-    libs = [p for p in env.env["LD_LIBRARY_PATH"].split(os.pathsep) if p.startswith(str(root))
-            or p == (sysconfig.get_config_var("LIBDIR") or "")]
+    libs = _library_dirs(root / "venv", env.lib_dir)
     text = ("#!/bin/sh\n# perf_analyzer of Triton's client, with the libraries it needs (navigator serve --prepare)\n"
             f'LD_LIBRARY_PATH="{os.pathsep.join(libs)}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}" '
             f'exec "{env.perf_analyzer}" "$@"\n')

@@ -136,9 +136,7 @@ def _settings(st, folder: Path, *, labels: bool) -> dict:
     """SETTINGS of the step, from the tokenizer's files, config.json and the shape profile."""
     from tokenizers import Tokenizer
 
-    from navigator.sources.hf_folder import read_folder
-
-    from navigator.sources.hf_folder import json_object
+    from navigator.sources.hf_folder import json_object, read_folder
 
     info = read_folder(folder, need_weights=False)
     where = folder / "tokenizer.json"
