@@ -1,7 +1,7 @@
-"""status.yaml: the record of a workspace (schema version 3).
+"""status.yaml: the record of a workspace (schema version 4).
 
 A public interface: users' CI jobs and ``navigator gate`` read it. The
-layout is ARCHITECTURE.md's; ``schema/status.v1.schema.json`` states it as a
+layout is ARCHITECTURE.md's; ``schema/status.v4.schema.json`` states it as a
 JSON Schema and tests/unit/workspace/test_status.py keeps a golden file.
 
 Loading ignores unknown keys and upgrades older files through ``MIGRATIONS``,
@@ -22,7 +22,7 @@ from navigator.errors import UserInputError
 from navigator.types import ModelSignature, Record
 from navigator.workspace.atomic import write_text
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # inconclusive (v2): a verification whose check could not have failed on its data (negative controls)
 STEP_STATUSES = ("ok", "failed", "skipped", "inconclusive")
 RUN_STATES = ("running", "complete", "interrupted")
@@ -43,8 +43,21 @@ def _v2_to_v3(data: dict) -> dict:
     return data
 
 
+def _v3_to_v4(data: dict) -> dict:
+    """v4 adds the serving profile's load (open-loop request rates, shared memory) and server
+    (a remote one at --url); a v3 serving record was measured by navigator's own server over
+    concurrency levels through the network, and says so once migrated."""
+    data["schema_version"] = 4
+    sv = data.get("serving")
+    if isinstance(sv, dict):
+        sv.setdefault("load", {"mode": "concurrency", "levels": list(sv.get("concurrency") or []),
+                               "shared_memory": "none"})
+        sv.setdefault("server", {"remote": False})
+    return data
+
+
 # from_version -> migration to from_version + 1. Keep them small and ordered.
-MIGRATIONS: dict[int, Callable[[dict], dict]] = {1: _v1_to_v2, 2: _v2_to_v3}
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
 def now() -> str:
@@ -256,14 +269,22 @@ class Best(Record):
 @dataclass
 class ServingPoint(Record):
     """One measurement of a served configuration (``navigator profile --triton``):
-    throughput in inferences/s, latencies in ms (avg, p50, p90, p95, p99)."""
+    throughput in inferences/s, latencies in ms (avg, p50, p90, p95, p99); its load is a
+    concurrency (closed loop) or an offered request rate (v4: open loop, concurrency null)."""
 
-    concurrency: int
+    concurrency: int | None
     batch_size: int = 1
     throughput: float = 0.0
     latency_ms: dict[str, float] = field(default_factory=dict)
     windows: int | None = None
     stable: bool | None = None         # false: cut after 10 windows or by the budget
+    request_rate: float | None = None  # v4: open loop, requests/s offered
+    window_ms: int | None = None       # each window's length (adaptive windows shorten it)
+
+    @property
+    def level(self) -> str:
+        """The load as tables print it: ``4`` or ``20/s``."""
+        return f"{self.request_rate:g}/s" if self.request_rate is not None else str(self.concurrency)
 
 
 @dataclass
@@ -332,8 +353,10 @@ class ServingStatus(Record):
     search: str = "brute"              # brute | quick
     objective: dict[str, Any] = field(default_factory=dict)  # kind, max_p99_ms, min_throughput
     measurement_ms: int | None = None
-    concurrency: list[int] = field(default_factory=list)
+    concurrency: list[int] = field(default_factory=list)   # closed-loop levels (empty in an open-loop run)
     batch_sizes: list[int] = field(default_factory=list)
+    load: dict[str, Any] = field(default_factory=dict)      # v4: mode, levels, shared_memory, intervals_file
+    server: dict[str, Any] = field(default_factory=dict)    # v4: remote, url, version, loaded_configs, restored
     configurations: list[ServingConfig] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)        # "name: reason" not measured (budget, sweep stop)
     ranked: list[str] = field(default_factory=list)         # configuration names, best first

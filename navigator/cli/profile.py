@@ -4,8 +4,9 @@ as Model Analyzer does.
 
 The format (--format, default the workspace's best) is emitted into a private
 scratch repository (WS/serving/repo/) and served by a local tritonserver in explicit
-model-control mode; every configuration is a config.pbtxt variant loaded through the
-repository API and measured over a concurrency sweep with Perf Analyzer's windows
+model-control mode (or, with --url, a server someone else runs); every configuration is a
+config.pbtxt variant loaded through the repository API and measured over a concurrency
+sweep (or open loop over request rates) with Perf Analyzer's windows
 (stable when the last 3 agree within 10%, at most 10). The real perf_analyzer runs
 when it is there (--perf-analyzer auto), else navigator's own load generator.
 --search brute sweeps (stopping when throughput gains < 5%), quick hill-climbs; both
@@ -54,8 +55,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="profile through a real Triton server (required: in-process profiles run in convert)")
     parser.add_argument("--format", metavar="KEY", help="the workspace format to serve (default: the best)")
     m = parser.add_argument_group("measurement")
-    m.add_argument("--concurrency", default="1:16", metavar="START:END|N,…",
-                   help="concurrency sweep; START:END doubles (default 1:16 = 1,2,4,8,16), START:END:STEP is linear")
+    m.add_argument("--concurrency", default=None, metavar="START:END|N,…",
+                   help="closed loop: concurrency sweep; START:END doubles (default 1:16 = 1,2,4,8,16), "
+                        "START:END:STEP is linear")
+    m.add_argument("--request-rate", metavar="START:END|R,…",
+                   help="open loop instead: requests/s sent at constant intervals whether or not earlier ones "
+                        "returned; START:END doubles, START:END:STEP is linear; the sweep stops at saturation")
+    m.add_argument("--request-intervals", metavar="FILE",
+                   help="open loop at the gaps of FILE (microseconds, one per line, Perf Analyzer's format; cycled)")
+    m.add_argument("--shared-memory", choices=["none", "system"], default="none",
+                   help="system: inputs and outputs through system shared memory (client and server on one host)")
     m.add_argument("--batch-sizes", default="1", metavar="B,…", help="request batch sizes (default 1)")
     m.add_argument("--measurement-ms", type=int, default=None, metavar="MS",
                    help="measurement window (default: adaptive, each point's fair share of the budget, 250 to "
@@ -71,6 +80,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "stand_in: true)")
     s.add_argument("--python-backend", action="store_true", help="serve the format through a generated model.py")
     s.add_argument("--tritonserver", metavar="BINARY", help="another tritonserver binary (with its own backends)")
+    s.add_argument("--url", metavar="[grpc://|http://]HOST:PORT",
+                   help="measure a Triton server someone else runs (gRPC when no scheme is given): the model of "
+                        "the workspace's name, as served there, after checking it is the workspace's model; "
+                        "nothing there is started, stopped or changed without --load-configs")
+    s.add_argument("--load-configs", action="store_true",
+                   help="with --url: load each searched configuration there through the model-control API "
+                        "(server in --model-control-mode explicit), and reload the model from the server's own "
+                        "repository at the end")
     c = parser.add_argument_group("configuration search")
     c.add_argument("--search", choices=["brute", "quick"], default="brute",
                    help="brute: sweep (stops when throughput gains < 5%%); quick: hill-climbing")
@@ -95,7 +112,9 @@ def options_from_args(args: argparse.Namespace):
     from navigator.serving.profile import ServingOptions
 
     return ServingOptions(
-        format=args.format, concurrency=args.concurrency, batch_sizes=_ints(args.batch_sizes, "--batch-sizes"),
+        format=args.format, concurrency=args.concurrency, request_rate=args.request_rate,
+        request_intervals=args.request_intervals, shared_memory=args.shared_memory,
+        batch_sizes=_ints(args.batch_sizes, "--batch-sizes"),
         measurement_ms=args.measurement_ms, budget_s=args.budget_s, cpu_backends=args.cpu_backends,
         python_backend=args.python_backend, perf_analyzer=args.perf_analyzer, search=args.search,
         objective=args.objective, max_p99_ms=args.max_p99_ms, min_throughput=args.min_throughput,
@@ -103,7 +122,8 @@ def options_from_args(args: argparse.Namespace):
         max_batch_sizes=_ints(args.max_batch_sizes, "--max-batch-sizes") if args.max_batch_sizes else None,
         queue_delays_us=(_ints(args.queue_delays_us, "--queue-delays-us", allow_none=True)
                          if args.queue_delays_us else None),
-        apply=args.apply, tritonserver=args.tritonserver, step=args.step)
+        apply=args.apply, tritonserver=args.tritonserver, step=args.step, url=args.url,
+        load_configs=args.load_configs)
 
 
 def run(args: argparse.Namespace) -> int:

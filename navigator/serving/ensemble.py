@@ -171,17 +171,19 @@ def use_step(r, step: str, why: str, records=None) -> None:
 
 def pick_step(r, reporter, load) -> None:
     """``--step auto``: the ensemble as the repository configures it (``load(name)``), measured
-    once at the highest concurrency; the busiest step is searched."""
+    once at the highest load (concurrency, or request rate); the busiest step is searched."""
     from navigator.serving import loadgen
     from navigator.serving.measure import DEFAULT_WINDOW_MS, LAST
 
     load(r.model)
-    level = max(r.levels)
+    top = max(r.levels)
+    level = {"rate": float(top)} if r.load.mode == "request_rate" else \
+        {"intervals_us": r.load.intervals_us} if r.load.mode == "request_intervals" else {"concurrency": int(top)}
     step, why, records = probe(
         r.target, r.server.http_url,
-        lambda: loadgen.measure(r.server.grpc_url, r.model, r.data, concurrency=level,
-                                window_ms=r.opts.measurement_ms or DEFAULT_WINDOW_MS,
-                                max_windows=LAST, deadline=r.deadline))
+        lambda: loadgen.measure(r.server.grpc_url, r.model, r.data,
+                                window_ms=r.opts.measurement_ms or DEFAULT_WINDOW_MS, max_windows=LAST,
+                                deadline=r.deadline, **level))
     reporter.info(f"probe of {r.model}: " + ", ".join(f"{s.name} busy {100 * (s.utilization or 0):.0f}%"
                                                     for s in records) + f"; searching {step}")
     use_step(r, step, why, records)

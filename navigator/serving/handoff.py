@@ -17,10 +17,11 @@ import os
 from pathlib import Path
 
 from navigator.serving import perf_analyzer as pa
+from navigator.serving.measure import Load
 from navigator.serving.search import Objective, Space
 
 
-def model_analyzer_config(*, repo: Path, model: str, space: Space, concurrency: list[int], batch_sizes: list[int],
+def model_analyzer_config(*, repo: Path, model: str, space: Space, load: Load, batch_sizes: list[int],
                           objective: Objective, search: str, input_data: str, shapes: list[str], kind: str,
                           preferred: list[int], measurement_ms: int, ensemble: bool = False) -> dict:
     params: dict = {}
@@ -36,8 +37,16 @@ def model_analyzer_config(*, repo: Path, model: str, space: Space, concurrency: 
     flags: dict = {"input-data": input_data, "measurement-interval": int(measurement_ms)}
     if shapes:
         flags["shape"] = list(shapes)
-    entry: dict = {"model_config_parameters": params,
-                   "parameters": {"concurrency": list(concurrency), "batch_sizes": list(batch_sizes)},
+    if load.shared_memory != "none":
+        flags["shared-memory"] = load.shared_memory
+    if load.mode == "request_intervals":      # Model Analyzer sweeps rates, not interval files: PA's flag as is
+        flags["request-intervals"] = load.intervals_file
+        parameters: dict = {"batch_sizes": list(batch_sizes)}
+    elif load.mode == "request_rate":
+        parameters = {"request_rate": [round(x, 6) for x in load.levels], "batch_sizes": list(batch_sizes)}
+    else:
+        parameters = {"concurrency": list(load.levels), "batch_sizes": list(batch_sizes)}
+    entry: dict = {"model_config_parameters": params, "parameters": parameters,
                    "perf_analyzer_flags": flags,
                    "objectives": ["perf_throughput" if objective.kind == "throughput" else "perf_latency_p99"]}
     if kind == "KIND_CPU":
@@ -71,10 +80,13 @@ def write_model_analyzer_yaml(path: Path, config: dict, provenance: list[str], n
 
 
 def write_perf_analyzer_sh(path: Path, *, model: str, groups: list[tuple[str, str, list[list[str]]]],
-                           provenance: list[str], config_model: str | None = None) -> None:
+                           provenance: list[str], config_model: str | None = None, url: str | None = None) -> None:
     """``groups``: (configuration name, config file relative to the script, commands);
     ``config_model``: the model whose config the groups vary (an ensemble's step), when it is
-    not ``model`` itself."""
+    not ``model`` itself; ``url``: the server measured (--url), the script's default."""
+    from navigator.serving.remote import parse_url
+
+    address = parse_url(url).address if url else "localhost:8001"
     config_model = config_model or model
     ens_line = ([f"#   (and keep the ensemble {model}'s max_batch_size at most that config's)"]
                 if config_model != model else [])
@@ -86,10 +98,11 @@ def write_perf_analyzer_sh(path: Path, *, model: str, groups: list[tuple[str, st
              "# Before each group, serve that configuration: copy its config.pbtxt over",
              f"#   <repository>/{config_model}/config.pbtxt and load the model (explicit model control:",
              f"#   curl -X POST $TRITON_HTTP_URL/v2/repository/models/{model}/load).", *ens_line,
-             "# TRITON_GRPC_URL (default localhost:8001) and PERF_ANALYZER (default perf_analyzer) override.",
+             f"# TRITON_URL (default {address}; TRITON_GRPC_URL still read) and PERF_ANALYZER (default "
+             "perf_analyzer) override.",
              "set -euo pipefail",
              'HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
-             'URL="${TRITON_GRPC_URL:-localhost:8001}"',
+             f'URL="${{TRITON_URL:-${{TRITON_GRPC_URL:-{address}}}}}"',
              'PA="${PERF_ANALYZER:-perf_analyzer}"',
              'cd "$HERE"', ""]
     for name, config_rel, commands in groups:
@@ -101,9 +114,10 @@ def write_perf_analyzer_sh(path: Path, *, model: str, groups: list[tuple[str, st
     os.chmod(path, 0o755)
 
 
-def command_for(*, model: str, concurrency: int, batch_size: int, shapes: list[str], window_ms: int,
-                csv_name: str) -> list[str]:
-    """A hand-off line: binary and URL as shell variables, paths relative to the script."""
-    return pa.command("$PA", model=model, url="$URL", input_data="perf_input.json", shapes=shapes,
-                      concurrency=f"{concurrency}:{concurrency}", batch_size=batch_size, window_ms=window_ms,
-                      csv_path=csv_name, verbose=False)
+def command_for(*, model: str, load: list[str], batch_size: int, shapes: list[str], window_ms: int,
+                csv_name: str, protocol: str = "grpc") -> list[str]:
+    """A hand-off line: binary and URL as shell variables, paths relative to the script;
+    ``load``: :func:`navigator.serving.perf_analyzer.load_flags`."""
+    return pa.command("$PA", model=model, url="$URL", input_data="perf_input.json", shapes=shapes, load=load,
+                      batch_size=batch_size, window_ms=window_ms, csv_path=csv_name, verbose=False,
+                      protocol=protocol)

@@ -95,6 +95,7 @@ class Measurement:
     requests: int | None = None
     errors: int = 0
     window_ms: int | None = None    # each window's length (adaptive windows shorten it for a short budget)
+    request_rate: float | None = None   # open loop: the offered requests/s (concurrency is then 0)
 
     def to_dict(self) -> dict:
         out = {"concurrency": self.concurrency, "batch_size": self.batch_size,
@@ -102,7 +103,14 @@ class Measurement:
                "windows": self.windows, "stable": self.stable, "requests": self.requests, "errors": self.errors}
         if self.window_ms is not None:
             out["window_ms"] = self.window_ms
+        if self.request_rate is not None:
+            out["request_rate"] = self.request_rate
         return out
+
+    @property
+    def level(self) -> str:
+        """The load this point ran under, as the tables print it."""
+        return f"{self.request_rate:g}/s" if self.request_rate is not None else str(self.concurrency)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Measurement":
@@ -110,7 +118,8 @@ class Measurement:
                    throughput=float(d["throughput"]), latency_ms=dict(d.get("latency_ms") or {}),
                    windows=int(d.get("windows", 0)), stable=bool(d.get("stable", False)),
                    requests=d.get("requests"), errors=int(d.get("errors", 0) or 0),
-                   window_ms=int(d["window_ms"]) if d.get("window_ms") is not None else None)
+                   window_ms=int(d["window_ms"]) if d.get("window_ms") is not None else None,
+                   request_rate=float(d["request_rate"]) if d.get("request_rate") is not None else None)
 
     @property
     def p99_ms(self) -> float:
@@ -140,6 +149,111 @@ def split_windows(completions: list[tuple[float, float]], start: float, window_s
         if 0 <= i < count:
             windows[i].latencies_s.append(t1 - t0)
     return windows
+
+
+LOAD_MODES = ("concurrency", "request_rate", "request_intervals")
+SHARED_MEMORY = ("none", "system")
+SATURATED = 0.9      # open loop: a rate served below 90% of what was offered saturates the server
+
+
+@dataclass(frozen=True)
+class Load:
+    """How the points of a sweep load the server (Perf Analyzer's modes): closed loop at each
+    concurrency level, open loop at each request rate (constant intervals), or open loop at
+    the intervals of a file (one level: the file's mean rate); inputs over the network or
+    through system shared memory."""
+
+    mode: str = "concurrency"
+    levels: tuple = (1,)                    # concurrency levels, or requests/s
+    intervals_us: tuple[int, ...] = ()      # request_intervals: the gaps between sends, cycled
+    intervals_file: str | None = None
+    shared_memory: str = "none"
+
+    @property
+    def open_loop(self) -> bool:
+        return self.mode != "concurrency"
+
+    def word(self) -> str:
+        return "concurrency" if self.mode == "concurrency" else "request rate"
+
+    def describe(self) -> str:
+        if self.mode == "request_intervals":
+            text = f"request intervals of {self.intervals_file} (mean {self.levels[0]:g}/s)"
+        elif self.mode == "request_rate":
+            text = "request rate " + ", ".join(f"{x:g}" for x in self.levels) + "/s"
+        else:
+            text = "concurrency " + ", ".join(map(str, self.levels))
+        return text + ("; inputs in system shared memory" if self.shared_memory == "system" else "")
+
+    def to_dict(self) -> dict:
+        out = {"mode": self.mode, "shared_memory": self.shared_memory}
+        if self.mode == "request_intervals":
+            out["intervals_file"] = self.intervals_file
+            out["intervals"] = len(self.intervals_us)
+        return out
+
+
+def rate_range(text: str) -> list[float]:
+    """``--request-rate``: ``10:80`` -> 10, 20, 40, 80 (doubling); ``10:40:10`` -> 10, 20, 30,
+    40 (Perf Analyzer's start:end:step); ``25`` or ``5,50,500``; requests/s, > 0."""
+    from navigator.errors import UserInputError
+
+    text = str(text).strip()
+    bad = UserInputError(f"--request-rate {text!r}: expected R, START:END (doubling), START:END:STEP or R,S,… "
+                         "(requests/s > 0, ascending)")
+    try:
+        if "," in text:
+            values = sorted({float(v) for v in text.split(",") if v.strip()})
+        elif ":" in text:
+            parts = [float(v) for v in text.split(":")]
+            if len(parts) not in (2, 3) or parts[0] <= 0 or parts[1] < parts[0]:
+                raise bad
+            lo, hi = parts[0], parts[1]
+            if len(parts) == 3:
+                if parts[2] <= 0:
+                    raise bad
+                n = int((hi - lo) / parts[2] + 1e-9)
+                values = [round(lo + k * parts[2], 6) for k in range(n + 1)]
+            else:
+                values, r = [], lo
+                while r < hi:
+                    values.append(r)
+                    r *= 2
+                values.append(hi)
+        else:
+            values = [float(text)]
+    except ValueError:
+        raise bad from None
+    if not values or min(values) <= 0 or any(v != v or v == float("inf") for v in values) or len(values) > 64:
+        raise bad
+    return values
+
+
+def read_intervals(path) -> tuple[int, ...]:
+    """``--request-intervals FILE``: Perf Analyzer's format, one gap in microseconds per line
+    (blank lines skipped); 1 to 100,000 positive integers, read as text only."""
+    from navigator.errors import UserInputError
+    from navigator.workspace.atomic import read_regular
+
+    what = f"--request-intervals {path}"
+    try:
+        text = read_regular(path, 4 << 20, what).decode("utf-8", "replace")
+    except (FileNotFoundError, IsADirectoryError):
+        raise UserInputError(f"{what}: no such file") from None
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line:
+            continue
+        if not line.isdigit() or int(line) <= 0:
+            raise UserInputError(f"{what}: line {n} is {line[:40]!r}, not a positive whole "
+                                 "number of microseconds")
+        out.append(int(line))
+        if len(out) > 100_000:
+            raise UserInputError(f"{what}: more than 100,000 intervals")
+    if not out:
+        raise UserInputError(f"{what}: no interval in it")
+    return tuple(out)
 
 
 def concurrency_range(text: str) -> list[int]:

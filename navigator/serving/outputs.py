@@ -87,8 +87,9 @@ def machine() -> dict:
 def _point_record(m: Measurement):
     from navigator.workspace.status import ServingPoint
 
-    return ServingPoint(concurrency=m.concurrency, batch_size=m.batch_size, throughput=round(m.throughput, 3),
-                        latency_ms=dict(m.latency_ms), windows=m.windows, stable=m.stable)
+    return ServingPoint(concurrency=None if m.request_rate is not None else m.concurrency, batch_size=m.batch_size,
+                        throughput=round(m.throughput, 3), latency_ms=dict(m.latency_ms), windows=m.windows,
+                        stable=m.stable, request_rate=m.request_rate, window_ms=m.window_ms)
 
 
 def _config_record(res: ConfigResult, objective: Objective, preferred: list[int]):
@@ -128,7 +129,7 @@ def build_record(r: ServingRun, space: Space, objective: Objective, outcome, dur
             best = ranked[0]
             m, _ = objective.best(best.measurements)
             reason = (f"no configuration meets {objective.constraints_text()}: the best, {best.candidate.name}, "
-                      f"has p99 {m.p99_ms:.3f} ms at {m.throughput:.1f} infer/s (concurrency {m.concurrency}"
+                      f"has p99 {m.p99_ms:.3f} ms at {m.throughput:.1f} infer/s ({r.load.word()} {m.level}"
                       + (f", {m.errors} failed requests" if m.errors else "") + ")")
     stand_in = bool(r.opts.cpu_backends and any(backend_of(r.served).startswith(b) for b in STANDINS))
     return ServingStatus(
@@ -137,9 +138,20 @@ def build_record(r: ServingRun, space: Space, objective: Objective, outcome, dur
         search=r.opts.search,
         objective={"kind": objective.kind, "max_p99_ms": objective.max_p99_ms,
                    "min_throughput": objective.min_throughput},
-        measurement_ms=r.opts.measurement_ms, concurrency=list(r.levels), batch_sizes=list(r.opts.batch_sizes),
+        measurement_ms=r.opts.measurement_ms, concurrency=[] if r.load.open_loop else list(r.levels),
+        batch_sizes=list(r.opts.batch_sizes), load={**r.load.to_dict(), "levels": list(r.levels)},
+        server=_server_record(r),
         configurations=configs, skipped=skipped, ranked=[x.candidate.name for x in ranked],
         chosen=chosen.candidate.name if chosen else None, setup_s=round(r.setup_s, 2), ensemble=r.ensemble)
+
+
+def _server_record(r: ServingRun) -> dict:
+    """Which server was measured: navigator's own, or one at --url (and what was done to it)."""
+    if not r.opts.url:
+        return {"remote": False}
+    srv = r.remote
+    return {"remote": True, "url": srv.endpoint.url, "version": srv.version, "loaded_configs": r.opts.load_configs,
+            "restored": srv.restored}
 
 
 _LAT = ("avg", "p50", "p90", "p95", "p99")
@@ -173,22 +185,23 @@ def write_outputs(r: ServingRun, space: Space, objective: Objective, outcome, re
     point_rows, ranked_rows = [], []
     for c in record.configurations:
         for p in c.results:
-            point_rows.append([c.name, c.instances, c.max_batch_size, c.max_queue_delay_us, p.concurrency,
-                               p.batch_size, p.throughput, *[p.latency_ms.get(k) for k in _LAT], p.windows,
-                               p.stable])
+            point_rows.append([c.name, c.instances, c.max_batch_size, c.max_queue_delay_us,
+                               p.concurrency, p.request_rate, p.batch_size, p.throughput,
+                               *[p.latency_ms.get(k) for k in _LAT], p.windows, p.stable])
     by_name = {c.name: c for c in record.configurations}
     for rank, name in enumerate(record.ranked, 1):
         c = by_name[name]
         b = c.best
         ranked_rows.append([rank, name, c.instances, c.max_batch_size, c.dynamic_batching, c.max_queue_delay_us,
-                            c.meets_constraints, b.concurrency, b.batch_size, b.throughput,
+                            c.meets_constraints, b.concurrency, b.request_rate, b.batch_size, b.throughput,
                             *[b.latency_ms.get(k) for k in _LAT], b.stable])
-    head = ["configuration", "instances", "max_batch_size", "max_queue_delay_us", "concurrency", "batch_size",
+    head = ["configuration", "instances", "max_batch_size", "max_queue_delay_us", "concurrency", "request_rate",
+            "batch_size",
             "throughput", *[f"{k}_ms" for k in _LAT], "windows", "stable"]
     write_text(out / "results.csv", _csv(point_rows, head))
     write_text(out / "ranked.csv", _csv(ranked_rows, ["rank", "configuration", "instances", "max_batch_size",
                                                       "dynamic_batching", "max_queue_delay_us", "meets_constraints",
-                                                      "concurrency", "batch_size", "throughput",
+                                                      "concurrency", "request_rate", "batch_size", "throughput",
                                                       *[f"{k}_ms" for k in _LAT], "stable"]))
     files.update(results_csv="serving/results.csv", ranked_csv="serving/ranked.csv")
     prov = provenance(record)
@@ -211,7 +224,7 @@ def write_outputs(r: ServingRun, space: Space, objective: Objective, outcome, re
     from tritonclient.grpc import model_config_pb2 as mc
 
     ma = handoff.model_analyzer_config(
-        repo=r.ws.triton_dir, model=r.model, space=space, concurrency=r.levels, batch_sizes=list(r.opts.batch_sizes),
+        repo=r.ws.triton_dir, model=r.model, space=space, load=r.load, batch_sizes=list(r.opts.batch_sizes),
         objective=objective, search=r.opts.search, input_data="perf_input.json", shapes=r.data.shape_flags(),
         kind=mc.ModelInstanceGroup.Kind.Name(kind), preferred=r.preferred,
         measurement_ms=r.opts.measurement_ms or DEFAULT_WINDOW_MS,
@@ -228,7 +241,7 @@ def write_outputs(r: ServingRun, space: Space, objective: Objective, outcome, re
     groups = [(n + (" (chosen)" if n == record.chosen else ""), f"configs/{n}.config.pbtxt", r.commands[n])
               for n in order]
     handoff.write_perf_analyzer_sh(out / "perf_analyzer.sh", model=r.model, groups=groups, provenance=prov,
-                                   config_model=r.step)
+                                   config_model=r.step, url=r.opts.url)
     files.update(model_analyzer_yaml="serving/model_analyzer.yaml", perf_analyzer_sh="serving/perf_analyzer.sh")
     measured = [by_name[n].to_dict() for n in record.ranked]
     title = f"{r.model} ({record.backend}{', stand-in' if record.stand_in else ''}; {record.tool})"
@@ -239,7 +252,8 @@ def write_outputs(r: ServingRun, space: Space, objective: Objective, outcome, re
             files["throughput_v_latency"] = "serving/throughput_v_latency.png"
             focus = by_name[record.chosen or record.ranked[0]].to_dict()
             plots.latency_v_concurrency(out / "latency_v_concurrency.png", focus,
-                                        title=f"latency percentiles of {focus['name']}: {title}")
+                                        title=f"latency percentiles of {focus['name']}: {title}",
+                                        open_loop=r.load.open_loop)
             files["latency_v_concurrency"] = "serving/latency_v_concurrency.png"
             if r.gpu_mem:
                 pts = [(n, by_name[n].best.latency_ms.get("p99", 0.0), r.gpu_mem[n]) for n in record.ranked
@@ -261,12 +275,12 @@ def write_outputs(r: ServingRun, space: Space, objective: Objective, outcome, re
 def table_lines(record, limit: int = 10) -> list[str]:
     """The ranked table as plain lines (console and report)."""
     by_name = {c.name: c for c in record.configurations}
-    rows = [["rank", "configuration", "throughput/s", "p50 ms", "p99 ms", "concurrency", "meets", "stable"]]
+    rows = [["rank", "configuration", "throughput/s", "p50 ms", "p99 ms", "load", "meets", "stable"]]
     for i, name in enumerate(record.ranked[:limit], 1):
         c = by_name[name]
         b = c.best
         rows.append([str(i), name + (" *" if name == record.chosen else ""), f"{b.throughput:.1f}",
-                     f"{b.latency_ms.get('p50', 0):.3f}", f"{b.latency_ms.get('p99', 0):.3f}", str(b.concurrency),
+                     f"{b.latency_ms.get('p50', 0):.3f}", f"{b.latency_ms.get('p99', 0):.3f}", b.level,
                      "yes" if c.meets_constraints else "no", "yes" if b.stable else "no"])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]

@@ -2,8 +2,10 @@
 run with ``ServerEnv.env``): command lines, one run per measurement point, its ``-f``
 CSV read back into the common :class:`~navigator.serving.measure.Measurement`.
 
-Flags used (all documented Perf Analyzer options): ``-m``, ``-u``, ``-i grpc``,
-``-b``, ``--concurrency-range C:C``, ``--measurement-interval MS`` (time windows),
+Flags used (all documented Perf Analyzer options): ``-m``, ``-u``, ``-i grpc|http``,
+``-b``, ``--concurrency-range C:C`` (closed loop) or ``--request-rate-range R:R`` /
+``--request-intervals FILE`` (open loop), ``--shared-memory system`` with
+``--output-shared-memory-size``, ``--measurement-interval MS`` (time windows),
 ``--stability-percentage 10``, ``--max-trials 10`` (its defaults, stated),
 ``--input-data perf_input.json``, ``--shape NAME:dims`` per dynamic input, ``-f
 out.csv`` (latencies in µs). An unstable measurement is reported by Perf Analyzer on
@@ -28,11 +30,29 @@ _CLIENT_AVG = re.compile(r"Client:.*?Avg latency: (\d+(?:\.\d+)?) usec", re.S)
 _REQUESTS = re.compile(r"Client:\s*\n\s*Request count: (\d+)")
 
 
+def load_flags(*, concurrency: int = 1, request_rate: float | None = None, intervals_file: str | Path | None = None,
+               shared_memory: str = "none", output_bytes: int | None = None) -> list[str]:
+    """The flags of one point's load: closed loop at ``concurrency``, or open loop at
+    ``request_rate`` / the gaps of ``intervals_file``; system shared memory sized for the outputs."""
+    if intervals_file is not None:
+        flags = ["--request-intervals", str(intervals_file)]
+    elif request_rate is not None:
+        flags = ["--request-rate-range", f"{request_rate:g}:{request_rate:g}"]
+    else:
+        flags = ["--concurrency-range", f"{concurrency}:{concurrency}"]
+    if shared_memory != "none":
+        flags += ["--shared-memory", shared_memory]
+        if output_bytes:
+            flags += ["--output-shared-memory-size", str(int(output_bytes))]
+    return flags
+
+
 def command(binary: str | Path, *, model: str, url: str, input_data: str | Path, shapes: list[str],
-            concurrency: str, batch_size: int = 1, window_ms: int = 5000, csv_path: str | Path | None = None,
-            verbose: bool = True, max_windows: int = MAX_WINDOWS) -> list[str]:
-    cmd = [str(binary), "-m", model, "-u", url, "-i", "grpc", "-b", str(batch_size),
-           "--concurrency-range", concurrency, "--measurement-mode", "time_windows",
+            load: list[str], batch_size: int = 1, window_ms: int = 5000, csv_path: str | Path | None = None,
+            verbose: bool = True, max_windows: int = MAX_WINDOWS, protocol: str = "grpc") -> list[str]:
+    """``load``: :func:`load_flags`."""
+    cmd = [str(binary), "-m", model, "-u", url, "-i", protocol, "-b", str(batch_size),
+           *load, "--measurement-mode", "time_windows",
            "--measurement-interval", str(int(window_ms)),
            "--stability-percentage", str(round((STABILITY - 1) * 100)), "--max-trials", str(max_windows),
            "--input-data", str(input_data)]
@@ -50,12 +70,13 @@ def shell_line(cmd: list[str]) -> str:
 
 
 def parse_csv(text: str, *, batch_size: int) -> list[dict]:
-    """Rows of Perf Analyzer's ``-f`` CSV as {concurrency, throughput, latency_ms{…}}."""
+    """Rows of Perf Analyzer's ``-f`` CSV as {concurrency, throughput, latency_ms{…}}; an open-loop
+    run's first column is its request rate (concurrency 0 then)."""
     rows = []
     reader = csv.DictReader(line for line in text.splitlines() if line.strip())
     for row in reader:
         try:
-            conc = int(float(row["Concurrency"]))
+            conc = int(float(row["Concurrency"])) if "Concurrency" in row else 0
             thr = float(row["Inferences/Second"])
         except (KeyError, ValueError):
             continue
@@ -77,22 +98,29 @@ def _run(cmd: list[str], env: dict, timeout: float) -> subprocess.CompletedProce
 
 def measure(binary: Path, env: dict, *, model: str, url: str, input_data: Path, shapes: list[str],
             concurrency: int, batch_size: int, window_ms: int, workdir: Path, tag: str = "",
-            max_windows: int = MAX_WINDOWS) -> tuple[Measurement, str]:
+            max_windows: int = MAX_WINDOWS, protocol: str = "grpc", request_rate: float | None = None,
+            intervals: tuple[float, Path] | None = None, shared_memory: str = "none",
+            output_bytes: int | None = None) -> tuple[Measurement, str]:
     """One point; returns the measurement and the exact command line.
 
     Perf Analyzer writes no CSV when it gives up on stability (exit 2, "Failed to
     obtain stable measurement"), so its percentiles would be lost: the point is then
     measured once more over 3 windows with the stability bound lifted, and recorded
     from that run with ``stable: false`` and the windows of the first attempt.
-    ``max_windows`` (3…10) lowers ``--max-trials`` when the time budget is short."""
+    ``max_windows`` (3…10) lowers ``--max-trials`` when the time budget is short. Open loop:
+    ``request_rate``, or ``intervals`` (the mean rate, the file of gaps)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    stem = f"{tag or model}_b{batch_size}_c{concurrency}"
+    rate = intervals[0] if intervals is not None else request_rate
+    stem = f"{tag or model}_b{batch_size}_" + (f"r{rate:g}" if rate is not None else f"c{concurrency}")
     out_csv = workdir / f"{stem}.csv"
     if out_csv.exists():
         out_csv.unlink()
-    cmd = command(binary, model=model, url=url, input_data=input_data, shapes=shapes,
-                  concurrency=f"{concurrency}:{concurrency}", batch_size=batch_size, window_ms=window_ms,
-                  csv_path=out_csv, max_windows=max(LAST, min(MAX_WINDOWS, max_windows)))
+    load = load_flags(concurrency=concurrency, request_rate=request_rate,
+                      intervals_file=intervals[1] if intervals is not None else None, shared_memory=shared_memory,
+                      output_bytes=output_bytes)
+    cmd = command(binary, model=model, url=url, input_data=input_data, shapes=shapes, load=load,
+                  batch_size=batch_size, window_ms=window_ms,
+                  csv_path=out_csv, max_windows=max(LAST, min(MAX_WINDOWS, max_windows)), protocol=protocol)
     timeout = MAX_WINDOWS * window_ms / 1000.0 * 2 + 60
     r = _run(cmd, env, timeout)
     text = r.stdout + r.stderr
@@ -114,7 +142,8 @@ def measure(binary: Path, env: dict, *, model: str, url: str, input_data: Path, 
     if not rows:
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
         errs = [ln for ln in lines if "error" in ln.lower() or "failed" in ln.lower()] or lines[-1:]
-        raise UserInputError(f"perf_analyzer gave no result for {model} at concurrency {concurrency}"
+        where = f"{rate:g} requests/s" if rate is not None else f"concurrency {concurrency}"
+        raise UserInputError(f"perf_analyzer gave no result for {model} at {where}"
                              f" (exit {r.returncode}): {errs[-1][:300] if errs else 'no output'}")
     row = rows[-1]
     lat = dict(row["latency_ms"])
@@ -123,6 +152,7 @@ def measure(binary: Path, env: dict, *, model: str, url: str, input_data: Path, 
         lat = {"avg": round(float(avg.group(1)) / 1000.0, 4), **lat}
     count = _REQUESTS.search(text)
     windows = max(passes) if passes else (MAX_WINDOWS if unstable else LAST)
-    m = Measurement(concurrency=concurrency, batch_size=batch_size, throughput=row["throughput"], latency_ms=lat,
-                    windows=windows, stable=not unstable, requests=int(count.group(1)) if count else None)
+    m = Measurement(concurrency=0 if rate is not None else concurrency, batch_size=batch_size,
+                    throughput=row["throughput"], latency_ms=lat, windows=windows, stable=not unstable,
+                    requests=int(count.group(1)) if count else None, request_rate=rate)
     return m, shell_line(cmd)

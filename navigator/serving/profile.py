@@ -38,8 +38,8 @@ from pathlib import Path
 from navigator.errors import NavigatorError, UserInputError
 from navigator.serving.outputs import backend_of, build_record, gpu_memory_mb, write_outputs
 from navigator.serving import search as search_mod
-from navigator.serving.measure import (DEFAULT_WINDOW_MS, LAST, MAX_WINDOWS, MIN_WINDOW_MS, Measurement,
-                                       concurrency_range)
+from navigator.serving.measure import (DEFAULT_WINDOW_MS, LAST, MAX_WINDOWS, MIN_WINDOW_MS, SHARED_MEMORY, Load,
+                                       Measurement, concurrency_range, rate_range, read_intervals)
 from navigator.serving.search import Candidate, ConfigResult, Objective, Space, StopRule
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,10 @@ class NoConfiguration(NavigatorError):
 @dataclass(frozen=True)
 class ServingOptions:
     format: str | None = None                  # workspace format key; default the best
-    concurrency: str = "1:16"
+    concurrency: str | None = None             # None: 1:16 (when no open-loop mode is given)
+    request_rate: str | None = None            # open loop at these rates (requests/s)
+    request_intervals: str | None = None       # open loop at the gaps of this file (µs per line)
+    shared_memory: str = "none"                # none | system
     batch_sizes: tuple[int, ...] = (1,)
     measurement_ms: int | None = None          # None: adaptive, DEFAULT_WINDOW_MS at most, MIN_WINDOW_MS at least
     budget_s: float = 300.0
@@ -76,6 +79,8 @@ class ServingOptions:
     apply: str | None = None                   # None: no; "": WS/triton; else a repository
     tritonserver: str | None = None
     step: str = "auto"                         # an ensemble's step to search: auto | model | preprocess | …
+    url: str | None = None                     # a server someone else runs: [grpc://|http://]HOST:PORT
+    load_configs: bool = False                 # --url: may load each searched config there (model control)
 
     def check(self) -> None:
         if self.measurement_ms is not None and self.measurement_ms < 10:
@@ -101,9 +106,51 @@ class ServingOptions:
         if self.queue_delays_us is not None and (not self.queue_delays_us or
                                                  any(d is not None and d < 0 for d in self.queue_delays_us)):
             raise UserInputError("--queue-delays-us: delays must be >= 0 (or 'none' for no dynamic batching)")
-        concurrency_range(self.concurrency)
+        self.load()
+        self._check_remote()
         if not self.step:
             raise UserInputError("--step: give auto, model, preprocess, postprocess or a step's model name")
+
+    def load(self) -> Load:
+        """The load mode the options ask for (checked)."""
+        given = [f for f, v in (("--concurrency", self.concurrency), ("--request-rate", self.request_rate),
+                                ("--request-intervals", self.request_intervals)) if v is not None]
+        if len(given) > 1:
+            raise UserInputError(f"{given[0]} and {given[1]}: give one load mode")
+        if self.shared_memory not in SHARED_MEMORY:
+            raise UserInputError(f"--shared-memory {self.shared_memory!r}: one of {', '.join(SHARED_MEMORY)}")
+        if self.request_rate is not None:
+            return Load("request_rate", tuple(rate_range(self.request_rate)), shared_memory=self.shared_memory)
+        if self.request_intervals is not None:
+            gaps = read_intervals(self.request_intervals)
+            mean_rate = round(len(gaps) * 1e6 / sum(gaps), 3)
+            return Load("request_intervals", (mean_rate,), intervals_us=gaps,
+                        intervals_file=str(Path(self.request_intervals).expanduser().resolve()),
+                        shared_memory=self.shared_memory)
+        return Load("concurrency", tuple(concurrency_range(self.concurrency or "1:16")),
+                    shared_memory=self.shared_memory)
+
+    def _check_remote(self) -> None:
+        if self.url is None:
+            if self.load_configs:
+                raise UserInputError("--load-configs: only with --url (the local server is navigator's own)")
+            return
+        from navigator.serving.remote import parse_url
+
+        endpoint = parse_url(self.url)
+        if self.shared_memory != "none" and not endpoint.same_host:
+            raise UserInputError(f"--shared-memory {self.shared_memory}: the server at {endpoint.url} is on another "
+                                 "host (system shared memory needs client and server on one machine)")
+        for flag, given in (("--tritonserver", self.tritonserver), ("--cpu-backends", self.cpu_backends),
+                            ("--python-backend", self.python_backend)):
+            if given:
+                raise UserInputError(f"{flag}: not with --url (the server there has its own backends)")
+        searched = [flag for flag, given in (("--instance-counts", self.instance_counts),
+                                             ("--max-batch-sizes", self.max_batch_sizes),
+                                             ("--queue-delays-us", self.queue_delays_us)) if given]
+        if searched and not self.load_configs:
+            raise UserInputError(f"{searched[0]}: --url measures the model as that server serves it",
+                                 hint="pass --load-configs to load each searched configuration there")
 
 
 @dataclass
@@ -120,7 +167,8 @@ class ServingRun:
     base: object = None
     data: object = None
     preferred: list[int] = field(default_factory=list)
-    levels: list[int] = field(default_factory=list)
+    levels: list = field(default_factory=list)     # the load's levels: concurrency, or requests/s
+    load: Load = field(default_factory=Load)
     tool: str = "navigator"
     env: object = None
     server: object = None
@@ -138,6 +186,7 @@ class ServingRun:
     ensemble: object = None        # the ServingEnsemble record
     setup_s: float = 0.0           # scratch repository, server start, loads: outside the budget
     space: object = None
+    remote: object = None          # the RemoteServer of --url (kept after the run for the record)
 
 
 # --------------------------------------------------------------------------- entry
@@ -164,7 +213,8 @@ def run(workspace, opts: ServingOptions, reporter=None) -> int:
         try:
             r = ServingRun(ws=ws, st=st, opts=opts, out=out, scratch=out / "repo",
                            window_s=(opts.measurement_ms or MIN_WINDOW_MS) / 1000.0,
-                           levels=concurrency_range(opts.concurrency))
+                           load=opts.load())
+            r.levels = list(r.load.levels)
             _emit(r, reporter)
             if r.step:                   # known before the server starts: bad options fail before measuring
                 r.space = _space(r)
@@ -215,6 +265,9 @@ def _emit(r: ServingRun, reporter) -> None:
     user_repo = (Path(opts.apply).expanduser() if opts.apply else r.ws.triton_dir).resolve()
     name = triton_name(st.model.name)
     target = serving_ens.find(user_repo, name, st.formats)
+    if target is not None and opts.url:
+        raise UserInputError(f"--url: {user_repo} holds {name} as an ensemble; a remote server's ensemble cannot "
+                             "be profiled yet", hint="profile it with the local server (no --url)")
     if target is not None:
         serving_ens.prepare(r, target, _check_backend)
         return
@@ -231,10 +284,21 @@ def _emit(r: ServingRun, reporter) -> None:
     r.key = key
     r.model = r.step = result.served[0]
     r.base = r.served = variants.load_config(r.scratch / r.model / "config.pbtxt")
-    _check_backend(r, key, r.served)
+    if not opts.url:
+        _check_backend(r, key, r.served)
     r.preferred = variants.preferred_sizes(r.base)
     r.data = inputs.from_workspace(r.ws, st, r.base)
+    _check_load(r)
     (r.out / "perf_input.json").write_text(json.dumps(r.data.perf_analyzer_json()), encoding="utf-8")
+
+
+def _check_load(r: ServingRun) -> None:
+    """A stateful model's sequences go step by step at a concurrency, over the network."""
+    if r.data.sequence_length and (r.load.open_loop or r.load.shared_memory != "none"):
+        flag = "--shared-memory" if not r.load.open_loop else \
+            "--request-rate" if r.load.mode == "request_rate" else "--request-intervals"
+        raise UserInputError(f"{flag}: {r.model} is stateful; its sequences are measured at a concurrency, "
+                             "over the network")
 
 
 def _check_backend(r: ServingRun, what: str, cfg) -> None:
@@ -314,6 +378,13 @@ def _choose_tool(r: ServingRun, reporter) -> None:
                              hint="use --perf-analyzer auto or off for navigator's own load generator")
     else:
         reporter.info(f"perf_analyzer not usable ({why}); measuring with navigator's load generator")
+    if r.tool == "navigator" and r.opts.url:
+        from navigator.serving.remote import parse_url
+
+        if parse_url(r.opts.url).protocol != "grpc":
+            raise UserInputError(f"--url {r.opts.url}: navigator's load generator speaks gRPC"
+                                 + ("" if mode == "off" else f" and perf_analyzer cannot run here ({why})"),
+                                 hint="give the server's gRPC port (grpc://HOST:8001)")
 
 
 def _load(r: ServingRun, name: str) -> None:
@@ -333,7 +404,7 @@ def _search(r: ServingRun, objective: Objective, reporter) -> search_mod.SearchO
     ``--budget-s`` bounds the measuring: the server's start and every load move the
     deadline by what they took (``setup_s``)."""
     from navigator.serving import ensemble as serving_ens
-    from navigator.triton.server import TritonServer, prepare
+    from navigator.triton.server import prepare
 
     t0 = time.monotonic()
     r.env = prepare(quiet=True)
@@ -347,11 +418,11 @@ def _search(r: ServingRun, objective: Objective, reporter) -> search_mod.SearchO
     def has_time_config() -> bool:
         return time.monotonic() + min_point_s + 1.0 <= r.deadline
 
-    gpu = shutil.which("nvidia-smi") is not None      # then GPU metrics on (navigator.triton.server turns them off)
-    with TritonServer(r.scratch, cpu_backends=r.opts.cpu_backends, models=[], log_path=r.out / "tritonserver.log",
-                      tritonserver=r.opts.tritonserver,
-                      extra_args=("--allow-gpu-metrics=true",) if gpu else ()) as server:
+    with _server(r) as server:
         r.server = server
+        if r.opts.url:
+            r.remote = server
+            _check_served(r, reporter)
         r.setup_s += time.monotonic() - t0
         # measurements end early enough for the finish (server stop, tables, plots, report) to fit
         reserve = min(FINISH_RESERVE_S, 0.1 * r.opts.budget_s)
@@ -363,8 +434,8 @@ def _search(r: ServingRun, objective: Objective, reporter) -> search_mod.SearchO
         space = r.space
         reporter.info(f"serving profile of {r.model} ({r.key}, {backend_of(r.served)}"
                       + (f"; searching its step {r.step}" if r.target is not None else "")
-                      + f"): {r.opts.search} search over {space.size()} configuration(s), concurrency "
-                        f"{', '.join(map(str, r.levels))}, {objective.describe()}, budget {r.opts.budget_s:g} s")
+                      + f"): {r.opts.search} search over {space.size()} configuration(s), {r.load.describe()}, "
+                        f"{objective.describe()}, budget {r.opts.budget_s:g} s")
         r.configs_left = space.size()
         need = _min_useful_budget(r, space)
         if need > r.opts.budget_s:
@@ -386,6 +457,49 @@ def _search(r: ServingRun, objective: Objective, reporter) -> search_mod.SearchO
             outcome = search_mod.hill_climb(space, evaluate, has_time_config, objective)
         r.server = None
     return outcome
+
+
+def _server(r: ServingRun):
+    """The server measured: navigator's own local one, or the one at --url."""
+    from navigator.serving.remote import RemoteServer, parse_url
+    from navigator.triton.server import TritonServer
+
+    if r.opts.url:
+        return RemoteServer(parse_url(r.opts.url), r.scratch, may_load=r.opts.load_configs)
+    gpu = shutil.which("nvidia-smi") is not None      # then GPU metrics on (navigator.triton.server turns them off)
+    return TritonServer(r.scratch, cpu_backends=r.opts.cpu_backends, models=[], log_path=r.out / "tritonserver.log",
+                        tritonserver=r.opts.tritonserver, extra_args=("--allow-gpu-metrics=true",) if gpu else ())
+
+
+def _check_served(r: ServingRun, reporter) -> None:
+    """--url: the model there is the workspace's. Without --load-configs it is measured as served
+    (one configuration, its own settings); with it, each configuration is loaded there."""
+    from navigator.serving import remote, variants
+
+    where = r.server.endpoint.url
+    served = r.server.served_config(r.model)
+    if served is None:
+        if not r.opts.load_configs:
+            raise UserInputError(f"model {r.model!r} is not loaded at {where}",
+                                 hint="load it there, or pass --load-configs to load the workspace's config "
+                                      "through the model-control API")
+        reporter.info(f"{r.model} is not loaded at {where}: loading the workspace's config there")
+        return
+    diffs = remote.differences(r.base, served)
+    if diffs and not r.opts.load_configs:
+        raise UserInputError(f"the model {r.model!r} at {where} is not the workspace's {r.key} ({diffs[0]})",
+                             hint="serve the workspace's model there, or pass --load-configs to load its config "
+                                  "(the model file there must match)")
+    if r.opts.load_configs:
+        return
+    r.base = r.served = served
+    r.preferred = variants.preferred_sizes(served)
+    groups = list(served.instance_group)
+    count = groups[0].count if groups else 1
+    delay = (served.dynamic_batching.max_queue_delay_microseconds
+             if served.HasField("dynamic_batching") and served.max_batch_size else None)
+    r.space = Space((max(1, count),), (served.max_batch_size,), (delay,))
+    reporter.info(f"measuring {r.model} as served at {where} ({r.space.all()[0].name}); nothing there is changed")
 
 
 def _evaluate(r: ServingRun, cand: Candidate, objective: Objective, rule: StopRule, has_time) -> ConfigResult:
@@ -419,44 +533,83 @@ def _evaluate(r: ServingRun, cand: Candidate, objective: Objective, rule: StopRu
     r.points_left = len(sizes) * len(r.levels)
     try:
         for b in sizes:
-            ms, why = search_mod.sweep_concurrency(r.levels, lambda c, b=b: _point(r, cand, c, b), has_time,
-                                                   objective, rule=rule)
+            ms, why = search_mod.sweep_levels(r.levels, lambda c, b=b: _point(r, cand, c, b), has_time,
+                                              objective, rule=rule, word=r.load.word())
             measurements.extend(ms)
             if why:
                 notes.append(f"batch {b}: {why}" if len(sizes) > 1 else why)
     except UserInputError as e:
         return ConfigResult(cand, status="failed", reason=e.one_line(), measurements=measurements,
                             duration_s=time.monotonic() - t0)
-    mem = gpu_memory_mb(r.server.metrics_url)
+    mem = gpu_memory_mb(r.server.metrics_url) if not r.opts.url else None
     if mem is not None:
         r.gpu_mem[cand.name] = mem
     return ConfigResult(cand, status="ok", reason="; ".join(notes) or None, measurements=measurements,
                         duration_s=time.monotonic() - t0)
 
 
-def _point(r: ServingRun, cand: Candidate, concurrency: int, batch_size: int) -> Measurement:
+def _point(r: ServingRun, cand: Candidate, level, batch_size: int) -> Measurement:
+    """One point of the sweep at ``level``: a concurrency, or requests/s (open loop)."""
     from navigator.serving import handoff, loadgen
     from navigator.serving import perf_analyzer as pa
 
+    load = r.load
     shapes = r.data.shape_flags()
     window_ms = _window_ms(r)
     r.window_s = window_ms / 1000.0
     windows = _window_cap(r)
     r.points_left = max(1, r.points_left - 1)
+    concurrency = 0 if load.open_loop else int(level)
+    rate = float(level) if load.mode == "request_rate" else None
+    intervals = (float(level), load.intervals_file) if load.mode == "request_intervals" else None
+    out_bytes = _output_bytes(r, batch_size) if load.shared_memory != "none" else None
+    tail = f"r{level:g}" if load.open_loop else f"c{concurrency}"
     r.commands.setdefault(cand.name, []).append(    # the hand-off is for a real server: full-length windows
-        handoff.command_for(model=r.model, concurrency=concurrency, batch_size=batch_size, shapes=shapes,
+        handoff.command_for(model=r.model, batch_size=batch_size, shapes=shapes, protocol=_protocol(r),
+                            load=pa.load_flags(concurrency=concurrency, request_rate=rate,
+                                               intervals_file=load.intervals_file if intervals else None,
+                                               shared_memory=load.shared_memory, output_bytes=out_bytes),
                             window_ms=r.opts.measurement_ms or DEFAULT_WINDOW_MS,
-                            csv_name=f"{cand.name}_b{batch_size}_c{concurrency}.csv"))
+                            csv_name=f"{cand.name}_b{batch_size}_{tail}.csv"))
     if r.tool == "perf_analyzer":
-        m, _ = pa.measure(r.env.perf_analyzer, r.env.process_env(), model=r.model, url=r.server.grpc_url,
-                          input_data=r.out / "perf_input.json", shapes=shapes, concurrency=concurrency,
-                          batch_size=batch_size, window_ms=window_ms, workdir=r.out / "perf_analyzer",
-                          tag=cand.name, max_windows=windows)
+        m, _ = pa.measure(r.env.perf_analyzer, r.env.process_env(), model=r.model, url=_address(r),
+                          protocol=_protocol(r), input_data=r.out / "perf_input.json", shapes=shapes,
+                          concurrency=concurrency, batch_size=batch_size, window_ms=window_ms,
+                          workdir=r.out / "perf_analyzer", tag=cand.name, max_windows=windows, request_rate=rate,
+                          intervals=intervals, shared_memory=load.shared_memory, output_bytes=out_bytes)
     else:
-        m = loadgen.measure(r.server.grpc_url, r.model, r.data, concurrency=concurrency, batch_size=batch_size,
-                            window_ms=window_ms, deadline=r.deadline, max_windows=windows)
+        m = loadgen.measure(r.server.grpc_url, r.model, r.data, concurrency=max(1, concurrency),
+                            batch_size=batch_size, window_ms=window_ms, deadline=r.deadline, max_windows=windows,
+                            rate=rate, intervals_us=load.intervals_us if intervals else (),
+                            shared_memory=load.shared_memory)
     m.window_ms = window_ms
     return m
+
+
+def _output_bytes(r: ServingRun, batch_size: int) -> int | None:
+    """Bytes of one response's outputs from the config's dims (perf_analyzer's shared-memory
+    output region); None when a dim is dynamic or an output holds strings (its default then)."""
+    import numpy as np
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    from navigator.triton import config as cfg_mod
+
+    total = 0
+    for out in r.served.output:
+        dims = list(out.dims)
+        if any(d < 0 for d in dims) or out.data_type == mc.TYPE_STRING:
+            return None
+        item = np.dtype(cfg_mod.numpy_dtype(mc.DataType.Name(out.data_type))).itemsize
+        total += int(np.prod(dims or [1])) * item * (batch_size if r.served.max_batch_size else 1)
+    return total or None
+
+
+def _protocol(r: ServingRun) -> str:
+    return getattr(r.server, "protocol", "grpc")
+
+
+def _address(r: ServingRun) -> str:
+    return r.server.url if r.opts.url else r.server.grpc_url
 
 
 def _min_point_s(r: ServingRun, window_s: float | None = None) -> float:
@@ -512,5 +665,6 @@ def _say(reporter, res: ConfigResult, objective: Objective) -> None:
         reporter.info(f"[failed] {res.candidate.name}{dur}: no measurement")
         return
     flag = "" if ok else " (does not meet the constraints)"
-    reporter.info(f"[ok] {res.candidate.name}{dur}: {best.throughput:.1f} infer/s at concurrency "
-                  f"{best.concurrency}, p99 {best.p99_ms:.3f} ms{flag}")
+    at = f"{best.request_rate:g} requests/s" if best.request_rate is not None else f"concurrency {best.concurrency}"
+    reporter.info(f"[ok] {res.candidate.name}{dur}: {best.throughput:.1f} infer/s at {at}, p99 "
+                  f"{best.p99_ms:.3f} ms{flag}")

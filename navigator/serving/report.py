@@ -78,7 +78,8 @@ def serving_blocks(ws, sv) -> list[tuple]:
         ["machine", f"{m.get('cpu') or '?'}, {m.get('cores')} cores, GPU {m.get('gpu') or 'none'}"],
         ["tool", sv.tool], ["search", sv.search],
         ["objective", ", ".join(f"{k} {v}" for k, v in (sv.objective or {}).items() if v is not None)],
-        ["concurrency", ", ".join(map(str, sv.concurrency))],
+        ["load", _load_text(sv)],
+        ["server", _server_text(sv)],
         ["request batch sizes", ", ".join(map(str, sv.batch_sizes))],
         ["measurement window", (f"{sv.measurement_ms} ms" if sv.measurement_ms else "adaptive, 250-2000 ms per point")
          + " (stable: last 3 within 10%, at most 10)"],
@@ -103,10 +104,10 @@ def serving_blocks(ws, sv) -> list[tuple]:
         rows.append([str(i), name + (" (chosen)" if name == sv.chosen else ""), str(c.instances),
                      str(c.max_batch_size), "-" if c.max_queue_delay_us is None else str(c.max_queue_delay_us),
                      f"{b.throughput:.1f}", f"{b.latency_ms.get('p50', 0):.3f}", f"{b.latency_ms.get('p99', 0):.3f}",
-                     str(b.concurrency), "yes" if c.meets_constraints else "no", "yes" if b.stable else "no"])
+                     b.level, "yes" if c.meets_constraints else "no", "yes" if b.stable else "no"])
     out.append(("h", 3, "Ranked configurations"))
     out.append(("table", ["rank", "configuration", "instances", "max batch", "queue delay us", "throughput/s",
-                          "p50 ms", "p99 ms", "at concurrency", "meets constraints", "stable"], rows))
+                          "p50 ms", "p99 ms", "at load", "meets constraints", "stable"], rows))
     other = [c for c in sv.configurations if c.name not in sv.ranked]
     if other or sv.skipped:
         out.append(("h", 3, "Not ranked"))
@@ -115,7 +116,7 @@ def serving_blocks(ws, sv) -> list[tuple]:
         out.append(("table", ["configuration", "status", "reason"], items))
     files = sv.files or {}
     for key, alt in (("throughput_v_latency", "throughput vs p99 latency"),
-                     ("latency_v_concurrency", "latency percentiles vs concurrency"),
+                     ("latency_v_concurrency", "latency percentiles vs load"),
                      ("gpu_mem_v_latency", "GPU memory vs latency")):
         if key in files and _inside(ws, files[key]) and ws.abs(files[key]).is_file():
             out.append(("img", ws.abs(files[key]), alt))
@@ -135,6 +136,32 @@ def serving_blocks(ws, sv) -> list[tuple]:
                 + ". `model-analyzer profile -f model_analyzer.yaml` or `bash perf_analyzer.sh`."))
     out.append(("p", "Provenance: " + " / ".join(provenance(sv))))
     return out
+
+
+def _load_text(sv) -> str:
+    load = sv.load or {"mode": "concurrency", "levels": sv.concurrency}
+    levels = ", ".join(f"{x:g}" for x in load.get("levels") or [])
+    if load.get("mode") == "request_rate":
+        text = f"open loop at {levels} requests/s"
+    elif load.get("mode") == "request_intervals":
+        text = f"open loop at the intervals of {load.get('intervals_file')} (mean {levels} requests/s)"
+    else:
+        text = f"concurrency {levels}"
+    return text + (", inputs in system shared memory" if load.get("shared_memory") == "system" else "")
+
+
+def _server_text(sv) -> str:
+    srv = sv.server or {}
+    if not srv.get("remote"):
+        return "navigator's own local tritonserver"
+    text = f"{srv.get('url')} (Triton {srv.get('version') or '?'}, run by someone else)"
+    if srv.get("loaded_configs"):
+        text += "; configurations loaded there, " + ("then put back" if srv.get("restored") else
+                                                    "NOT put back" if srv.get("restored") is False else
+                                                    "nothing loaded")
+    else:
+        text += "; measured as served, nothing changed"
+    return text
 
 
 def _inside(ws, rel: str) -> bool:

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
-from navigator.serving.measure import Measurement
+from navigator.serving.measure import SATURATED, Measurement
 
 OBJECTIVES = ("throughput", "p99_latency")
 SEARCHES = ("brute", "quick")
@@ -260,23 +260,28 @@ def hill_climb(space: Space, evaluate: Evaluate, has_time: HasTime, objective: O
     return out
 
 
-def sweep_concurrency(levels: list[int], measure: Callable[[int], Measurement], has_time: HasTime,
-                      objective: Objective, *, rule: StopRule | None = None) -> tuple[list[Measurement], str | None]:
-    """Measure each concurrency level in order; stop when throughput gains < 5% for
-    ``patience`` levels, when p99 is past ``max_p99_ms`` (more concurrency only queues
-    more), or when time is up. Returns the measurements and why it stopped early."""
+def sweep_levels(levels: list, measure: Callable[[Any], Measurement], has_time: HasTime,
+                 objective: Objective, *, rule: StopRule | None = None,
+                 word: str = "concurrency") -> tuple[list[Measurement], str | None]:
+    """Measure each load level (concurrency, or request rate) in order; stop when throughput
+    gains < 5% for ``patience`` levels, when p99 is past ``max_p99_ms`` (more load only
+    queues more), when an offered rate is served below 90% (saturated), or when time is
+    up. Returns the measurements and why it stopped early."""
     rule = rule or StopRule()
     out: list[Measurement] = []
     for n, c in enumerate(levels):
         if out and not has_time():
-            return out, f"budget: concurrency {', '.join(map(str, levels[n:]))} not measured"
+            return out, f"budget: {word} {', '.join(f'{x:g}' for x in levels[n:])} not measured"
         m = measure(c)
         out.append(m)
         rest = levels[n + 1:]
         if not rest:
             break
         if objective.max_p99_ms is not None and m.p99_ms > objective.max_p99_ms:
-            return out, f"p99 {m.p99_ms:.2f} ms > {objective.max_p99_ms:g} ms at concurrency {c}"
+            return out, f"p99 {m.p99_ms:.2f} ms > {objective.max_p99_ms:g} ms at {word} {c:g}"
+        if m.request_rate is not None and m.throughput < SATURATED * m.request_rate * m.batch_size:
+            return out, (f"saturated: {m.throughput:.1f} infer/s served of {m.request_rate * m.batch_size:g} "
+                         f"offered at {word} {c:g}/s")
         if rule.should_stop([x.throughput for x in out]):
             return out, f"throughput gains < {rule.min_gain:.0%} for {rule.patience} steps"
     return out, None

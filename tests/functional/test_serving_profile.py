@@ -244,3 +244,90 @@ def test_bad_input_is_one_line_and_keeps_the_previous_results(workspace):
                         cwd=workspace.parent), "--apply", "no mlp/config.pbtxt")
     assert marker.read_text() == "kept"                       # a failed run leaves serving/ as it was
     assert not (workspace / ".serving.partial").exists()
+
+
+# --------------------------------------------------------------------------- a server someone else runs, load modes
+@pytest.fixture(scope="module")
+def remote_server(workspace, tmp_path_factory):
+    """A Triton started apart from `navigator profile`, as someone else's server would be: the
+    workspace's repository written to its own folder and served (explicit model control)."""
+    from navigator.triton.server import TritonServer
+
+    repo = tmp_path_factory.mktemp("remote") / "repo"
+    r = _run("triton", workspace, "--repo", repo, "--deploy", "none", cwd=workspace.parent)
+    assert r.returncode == 0, r.stderr
+    with TritonServer(repo, cpu_backends=True, log_path=repo.parent / "remote_server.log") as server:
+        yield server
+
+
+def _served(server, model="mlp"):
+    import tritonclient.grpc as grpcclient
+
+    cfg = grpcclient.InferenceServerClient(server.grpc_url).get_model_config(model, as_json=True)["config"]
+    return int(cfg["instance_group"][0]["count"]), int(cfg["max_batch_size"])
+
+
+def test_profile_of_a_server_someone_else_runs(workspace, remote_server):
+    before = _served(remote_server)
+    small = ["--measurement-ms", "200", "--concurrency", "1:2", "--perf-analyzer", "off", "--budget-s", "30"]
+    # as served: one configuration, its own settings, nothing changed there
+    r = _run("profile", workspace, "--triton", "--url", f"grpc://{remote_server.grpc_url}", *small,
+             cwd=workspace.parent)
+    assert r.returncode == 0, r.stdout + r.stderr
+    sv = yaml.safe_load((workspace / "status.yaml").read_text())["serving"]
+    assert sv["server"] == {"remote": True, "url": f"grpc://{remote_server.grpc_url}", "version": "2.51.0",
+                            "loaded_configs": False, "restored": None}
+    assert [c["name"] for c in sv["configurations"]] == [f"i{before[0]}_b{before[1]}_d0"]
+    assert "as served" in r.stdout + r.stderr
+    assert _served(remote_server) == before
+    # --load-configs: every configuration loaded there through the model-control API, then put back
+    r = _run("profile", workspace, "--triton", "--url", remote_server.grpc_url, "--load-configs",
+             "--instance-counts", "1,2", "--max-batch-sizes", "2", *small, cwd=workspace.parent)
+    assert r.returncode == 0, r.stdout + r.stderr
+    sv = yaml.safe_load((workspace / "status.yaml").read_text())["serving"]
+    assert sorted(c["name"] for c in sv["configurations"] if c["status"] == "ok") == ["i1_b2_d0", "i2_b2_d0"]
+    assert sv["server"]["loaded_configs"] is True and sv["server"]["restored"] is True
+    assert _served(remote_server) == before
+    assert "run by someone else" in (workspace / "report" / "summary.md").read_text()
+    one_line_error(_run("profile", workspace, "--triton", "--url", "127.0.0.1:1", *small, cwd=workspace.parent),
+                   "no Triton server answers at grpc://127.0.0.1:1")
+    one_line_error(_run("profile", workspace, "--triton", "--url", remote_server.grpc_url, "--instance-counts", "2",
+                        *small, cwd=workspace.parent), "as that server serves it", "--load-configs")
+
+
+def test_open_loop_over_http_with_perf_analyzer(workspace, remote_server):
+    from navigator.triton.server import prepare
+
+    if prepare(quiet=True).perf_analyzer is None:
+        pytest.skip("the server environment has no perf_analyzer binary")
+    r = _run("profile", workspace, "--triton", "--url", f"http://{remote_server.http_url}", "--request-rate", "50,100",
+             "--perf-analyzer", "on", "--measurement-ms", "300", "--budget-s", "30", cwd=workspace.parent)
+    assert r.returncode == 0, r.stdout + r.stderr
+    sv = yaml.safe_load((workspace / "status.yaml").read_text())["serving"]
+    assert sv["tool"] == "perf_analyzer" and sv["load"]["mode"] == "request_rate" and sv["concurrency"] == []
+    points = [p for c in sv["configurations"] for p in c["results"]]
+    assert [p["request_rate"] for p in points] == [50.0, 100.0] and all(p["concurrency"] is None for p in points)
+    for p in points:       # an open loop below saturation serves what it is offered
+        assert 0.8 * p["request_rate"] <= p["throughput"] <= 1.2 * p["request_rate"], p
+    script = (workspace / "serving" / "perf_analyzer.sh").read_text()
+    assert "-i http" in script and "--request-rate-range 100:100" in script
+    assert f'URL="${{TRITON_URL:-${{TRITON_GRPC_URL:-{remote_server.http_url}}}}}"' in script
+
+
+def test_request_intervals_and_shared_memory_on_the_local_server(workspace, tmp_path):
+    gaps = tmp_path / "gaps.txt"
+    gaps.write_text("5000\n15000\n")               # a request every 5 then 15 ms: 100/s on average
+    r = _run("profile", workspace, "--triton", "--cpu-backends", "--perf-analyzer", "off", "--measurement-ms", "300",
+             "--request-intervals", gaps, "--shared-memory", "system", "--instance-counts", "1",
+             "--max-batch-sizes", "2", "--budget-s", "30", cwd=workspace.parent)
+    assert r.returncode == 0, r.stdout + r.stderr
+    sv = yaml.safe_load((workspace / "status.yaml").read_text())["serving"]
+    assert sv["load"] == {"mode": "request_intervals", "shared_memory": "system", "intervals_file": str(gaps),
+                          "intervals": 2, "levels": [100.0]}
+    assert sv["server"] == {"remote": False}
+    p = sv["configurations"][0]["results"][0]
+    assert p["request_rate"] == 100.0 and 80 <= p["throughput"] <= 120, p
+    _png_ok(workspace / "serving" / "latency_v_concurrency.png")
+    assert "open loop at the intervals of" in (workspace / "report" / "summary.md").read_text()
+    one_line_error(_run("profile", workspace, "--triton", "--cpu-backends", "--request-rate", "10",
+                        "--concurrency", "2", cwd=workspace.parent), "give one load mode")

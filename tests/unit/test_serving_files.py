@@ -11,6 +11,8 @@ import yaml
 
 from navigator.errors import UserInputError
 from navigator.serving import handoff, perf_analyzer, plots, variants
+from navigator.serving import perf_analyzer as pa
+from navigator.serving.measure import Load
 from navigator.serving.search import Candidate, Objective, Space
 from navigator.triton import config as cfg_mod
 
@@ -63,7 +65,8 @@ def test_apply_writes_the_chosen_settings_atomically(tmp_path):
 def test_model_analyzer_config_names_the_model_and_the_searched_ranges(tmp_path):
     config = handoff.model_analyzer_config(
         repo=tmp_path / "triton", model="m", space=Space((1, 2), (1, 4, 8), (0, 500, None)),
-        concurrency=[1, 2, 4], batch_sizes=[1], objective=Objective("p99_latency", max_p99_ms=5, min_throughput=100),
+        load=Load("concurrency", (1, 2, 4)), batch_sizes=[1],
+        objective=Objective("p99_latency", max_p99_ms=5, min_throughput=100),
         search="quick", input_data="perf_input.json", shapes=["ids:16"], kind="KIND_GPU", preferred=[4],
         measurement_ms=5000)
     path = tmp_path / "model_analyzer.yaml"
@@ -78,6 +81,20 @@ def test_model_analyzer_config_names_the_model_and_the_searched_ranges(tmp_path)
     assert entry["parameters"] == {"concurrency": [1, 2, 4], "batch_sizes": [1]}
     assert entry["perf_analyzer_flags"] == {"input-data": "perf_input.json", "measurement-interval": 5000,
                                             "shape": ["ids:16"]}
+    # open loop: Model Analyzer's request_rate parameter; an intervals file goes to perf_analyzer as is
+    rate = handoff.model_analyzer_config(
+        repo=tmp_path, model="m", space=Space(), load=Load("request_rate", (10.0, 20.0), shared_memory="system"),
+        batch_sizes=[1], objective=Objective(), search="brute", input_data="perf_input.json", shapes=[],
+        kind="KIND_CPU", preferred=[], measurement_ms=1000)["profile_models"]["m"]
+    assert rate["parameters"] == {"request_rate": [10.0, 20.0], "batch_sizes": [1]}
+    assert rate["perf_analyzer_flags"]["shared-memory"] == "system"
+    gaps = handoff.model_analyzer_config(
+        repo=tmp_path, model="m", space=Space(), load=Load("request_intervals", (50.0,), intervals_us=(20000,),
+                                                           intervals_file="/x/gaps.txt"),
+        batch_sizes=[1], objective=Objective(), search="brute", input_data="perf_input.json", shapes=[],
+        kind="KIND_CPU", preferred=[], measurement_ms=1000)["profile_models"]["m"]
+    assert gaps["parameters"] == {"batch_sizes": [1]}
+    assert gaps["perf_analyzer_flags"]["request-intervals"] == "/x/gaps.txt"
     assert entry["objectives"] == ["perf_latency_p99"]
     assert entry["constraints"] == {"perf_latency_p99": {"max": 5}, "perf_throughput": {"min": 100}}
     assert "cpu_only" not in entry
@@ -85,8 +102,8 @@ def test_model_analyzer_config_names_the_model_and_the_searched_ranges(tmp_path)
 
 
 def test_perf_analyzer_script_holds_the_exact_lines(tmp_path):
-    cmd = handoff.command_for(model="m", concurrency=4, batch_size=2, shapes=["ids:16", "mask:16"], window_ms=500,
-                              csv_name="i1_b4_d0_b2_c4.csv")
+    cmd = handoff.command_for(model="m", load=pa.load_flags(concurrency=4), batch_size=2, shapes=["ids:16", "mask:16"],
+                              window_ms=500, csv_name="i1_b4_d0_b2_c4.csv")
     path = tmp_path / "perf_analyzer.sh"
     handoff.write_perf_analyzer_sh(path, model="m", groups=[("i1_b4_d0", "configs/i1_b4_d0.config.pbtxt", [cmd])],
                                    provenance=["machine: test"])

@@ -15,7 +15,7 @@ from navigator.serving.search import (
     StopRule,
     brute,
     hill_climb,
-    sweep_concurrency,
+    sweep_levels,
 )
 
 
@@ -142,14 +142,14 @@ def test_none_is_chosen_when_no_configuration_meets_the_constraints():
 def test_concurrency_sweep_stops_on_gains_latency_and_budget():
     objective = Objective()
     thr = {1: 100, 2: 190, 4: 195, 8: 196, 16: 500}     # +2.6%, +3.2% over 190: stop before 16
-    ms, why = sweep_concurrency([1, 2, 4, 8, 16], lambda c: meas(thr[c], c * 1.0, c), lambda: True, objective)
+    ms, why = sweep_levels([1, 2, 4, 8, 16], lambda c: meas(thr[c], c * 1.0, c), lambda: True, objective)
     assert [m.concurrency for m in ms] == [1, 2, 4, 8] and "gains" in why
 
-    ms, why = sweep_concurrency([1, 2, 4, 8], lambda c: meas(100 * c, c * 3.0, c), lambda: True,
+    ms, why = sweep_levels([1, 2, 4, 8], lambda c: meas(100 * c, c * 3.0, c), lambda: True,
                                 Objective(max_p99_ms=5.0))
     assert [m.concurrency for m in ms] == [1, 2] and "p99" in why
 
-    ms, why = sweep_concurrency([1, 2, 4], lambda c: meas(100 * c, 1.0, c), iter([False] * 5).__next__, objective)
+    ms, why = sweep_levels([1, 2, 4], lambda c: meas(100 * c, 1.0, c), iter([False] * 5).__next__, objective)
     assert len(ms) == 1 and why.startswith("budget")        # the first point is always measured
 
 

@@ -1,4 +1,4 @@
-"""status.yaml v3: golden file, JSON Schema, lenient loading, migrations (real v1 and v2 files), atomic save."""
+"""status.yaml v4: golden file, JSON Schema, lenient loading, migrations (real v1, v2 and v3 files), atomic save."""
 
 from __future__ import annotations
 
@@ -23,11 +23,15 @@ from navigator.workspace.status import (
     RunnerStatus,
     RunnerUp,
     SamplesInfo,
+    ServingConfig,
+    ServingPoint,
+    ServingStatus,
     Status,
     VerifyStep,
 )
 
-GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "status_v3.yaml"
+GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "status_v4.yaml"
+GOLDEN_V3 = Path(__file__).resolve().parents[2] / "golden" / "status_v3.yaml"
 GOLDEN_V2 = Path(__file__).resolve().parents[2] / "golden" / "status_v2.yaml"
 GOLDEN_V1 = Path(__file__).resolve().parents[2] / "golden" / "status_v1.yaml"
 SHA_MODEL = "a" * 64
@@ -37,7 +41,7 @@ SHA_SAMPLES = "0123456789abcdef" * 4
 def full_status() -> Status:
     """Every field set, two formats, fixed timestamps: the golden file's content."""
     return Status(
-        schema_version=3,
+        schema_version=4,
         navigator_version="0.1.0",
         created="2025-01-02T03:04:05+00:00",
         updated="2025-01-02T03:09:10+00:00",
@@ -155,6 +159,24 @@ def full_status() -> Status:
                   spread=0.04, stable=True, margin=1.2857, separated=True, note=None,
                   runner_up=RunnerUp(key="onnx-optimized", runner="onnxruntime-cpu", batch_size=8,
                                      throughput=4200.0, spread=0.05)),
+        serving=ServingStatus(
+            status="ok", date="2025-01-02T03:10:00+00:00", duration_s=12.5, budget_s=60.0,
+            machine={"cpu": "AMD EPYC", "cores": 2, "gpu": None, "platform": "Linux-x86_64"},
+            model="tiny", key="onnx", backend="onnxruntime", tool="perf_analyzer", search="brute",
+            objective={"kind": "throughput", "max_p99_ms": 50.0, "min_throughput": None},
+            batch_sizes=[1], load={"mode": "request_rate", "shared_memory": "system", "levels": [100.0, 200.0]},
+            server={"remote": True, "url": "grpc://gpu-box:8001", "version": "2.51.0", "loaded_configs": True,
+                    "restored": True},
+            configurations=[ServingConfig(
+                name="i1_b8_d0", instances=1, max_batch_size=8, dynamic_batching=True, max_queue_delay_us=0,
+                meets_constraints=True,
+                best=ServingPoint(concurrency=None, request_rate=200.0, throughput=199.5,
+                                  latency_ms={"avg": 1.2, "p50": 1.1, "p99": 2.5}, windows=3, stable=True,
+                                  window_ms=500),
+                results=[ServingPoint(concurrency=None, request_rate=200.0, throughput=199.5,
+                                      latency_ms={"avg": 1.2, "p50": 1.1, "p99": 2.5}, windows=3, stable=True,
+                                      window_ms=500)])],
+            ranked=["i1_b8_d0"], chosen="i1_b8_d0", setup_s=3.0),
     )
 
 
@@ -170,11 +192,11 @@ def test_dumps_matches_golden_file():
 def test_golden_file_has_the_documented_layout():
     text = GOLDEN.read_text(encoding="utf-8")
     lines = text.splitlines()
-    assert lines[0] == "schema_version: 3"
+    assert lines[0] == "schema_version: 4"
     top_keys = [line.split(":")[0] for line in lines if line and not line.startswith((" ", "-"))]
     assert top_keys == ["schema_version", "navigator_version", "created", "updated", "state", "environment",
                         "model", "signature", "batch_dim", "shape_profiles", "samples", "config", "formats",
-                        "best"]
+                        "best", "serving"]
     # short lists of scalars in flow style, as ARCHITECTURE.md shows them
     assert "    shape: [-1, 8]\n" in text
     assert "      batch_sizes: [1, 8]\n" in text
@@ -250,7 +272,7 @@ def test_huggingface_record_is_optional_and_round_trips():
 
 @pytest.mark.parametrize("mutate, path, words", [
     (lambda d: d.update(state="done"), "$.state", "'done' is not one of"),
-    (lambda d: d.update(schema_version=1), "$.schema_version", "3 was expected"),
+    (lambda d: d.update(schema_version=1), "$.schema_version", "4 was expected"),
     (lambda d: d["formats"]["onnx"]["convert"].update(status="passed"), "$.formats.onnx.convert.status",
      "'passed' is not one of"),
     (lambda d: d["formats"]["onnx-fp16"]["runners"]["onnxruntime-cpu"]["verify"].update(status="error"),
@@ -306,8 +328,9 @@ def test_unknown_keys_at_every_level_are_ignored():
     data = full_status().to_dict()
     count = _add_unknown_keys(Status, data)
     # status, model, signature + 4 specs, samples (8); per format (3): format, convert, runner, verify,
-    # 2 outputs, profile (7 each), 2 profile results of onnx; best and its runner_up
-    assert count == 8 + 7 * 3 + 2 + 2
+    # 2 outputs, profile (7 each), 2 profile results of onnx; best and its runner_up; serving, its
+    # configuration, that one's best and its one result
+    assert count == 8 + 7 * 3 + 2 + 2 + 4
     text = yaml.safe_dump(data, sort_keys=False)
     assert text.count("x_unknown:") == count
     loaded = status.loads(text)
@@ -318,11 +341,11 @@ def test_unknown_keys_at_every_level_are_ignored():
 
 def test_newer_schema_version_is_refused():
     data = full_status().to_dict()
-    data["schema_version"] = 4
+    data["schema_version"] = 5
     with pytest.raises(UserInputError) as info:
         status.loads(yaml.safe_dump(data), source="ws/status.yaml")
     assert "newer" in str(info.value)
-    assert "schema_version 4" in str(info.value)
+    assert "schema_version 5" in str(info.value)
     assert info.value.hint == "upgrade navigator"
 
 
@@ -369,28 +392,33 @@ def test_migrations_run_in_order(monkeypatch):
         data["schema_version"] = 3
         return data
 
+    def v3_to_v4(data):
+        calls.append(("v3->v4", data["schema_version"]))
+        data["schema_version"] = 4
+        return data
+
     # registered out of order on purpose: the version decides the order
-    monkeypatch.setattr(status, "MIGRATIONS", {1: v1_to_v2, 2: v2_to_v3, 0: v0_to_v1})
+    monkeypatch.setattr(status, "MIGRATIONS", {1: v1_to_v2, 3: v3_to_v4, 2: v2_to_v3, 0: v0_to_v1})
     original = {"schema_version": 0, "model_name": "old", "state": "finished"}
     snapshot = copy.deepcopy(original)
     migrated = status.migrate(original)
-    assert calls == [("v0->v1", 0), ("v1->v2", 1), ("v2->v3", 2)]
-    assert migrated == {"schema_version": 3, "model": {"name": "old", "source_format": "onnx"},
+    assert calls == [("v0->v1", 0), ("v1->v2", 1), ("v2->v3", 2), ("v3->v4", 3)]
+    assert migrated == {"schema_version": 4, "model": {"name": "old", "source_format": "onnx"},
                         "state": "complete"}
     assert original == snapshot  # the caller's mapping is not changed
 
     st = status.loads("schema_version: 0\nmodel_name: old\nstate: finished\n")
     assert st.model == ModelInfo(name="old", source_format="onnx")
     assert st.state == "complete"
-    assert st.schema_version == 3
+    assert st.schema_version == 4
 
 
 def test_current_version_runs_no_migration(monkeypatch):
     def boom(data):
         raise AssertionError("must not run")
 
-    monkeypatch.setattr(status, "MIGRATIONS", {0: boom, 1: boom, 2: boom})
-    assert status.migrate({"schema_version": 3, "x": 1}) == {"schema_version": 3, "x": 1}
+    monkeypatch.setattr(status, "MIGRATIONS", {0: boom, 1: boom, 2: boom, 3: boom})
+    assert status.migrate({"schema_version": 4, "x": 1}) == {"schema_version": 4, "x": 1}
 
 
 def test_migration_that_does_not_raise_the_version_is_an_error(monkeypatch):
@@ -421,7 +449,7 @@ def test_save_is_atomic(tmp_path, monkeypatch):
 
     def fail_replace(src, dst):
         assert Path(src).exists() and Path(src).parent == tmp_path  # the new text was fully written first
-        assert Path(src).read_text(encoding="utf-8").startswith("schema_version: 3\n")
+        assert Path(src).read_text(encoding="utf-8").startswith("schema_version: 4\n")
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", fail_replace)
@@ -433,25 +461,44 @@ def test_save_is_atomic(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["status.yaml"]
 
 
-def test_a_v2_file_migrates_and_validates_as_v3():
+def test_a_v3_file_migrates_and_validates_as_v4():
+    """The v3 golden file loads through the v3 -> v4 migration and validates against the v4 schema;
+    a v3 serving record (navigator's own server, closed loop) says so once migrated."""
+    loaded = status.loads(GOLDEN_V3.read_text(encoding="utf-8"))
+    assert loaded.schema_version == 4
+    schema.validate(loaded.to_dict())
+    v3 = yaml.safe_load(GOLDEN_V3.read_text(encoding="utf-8"))
+    v3["serving"] = {"status": "ok", "date": "2025-01-02T03:10:00+00:00", "machine": {}, "model": "tiny",
+                     "backend": "onnxruntime", "stand_in": True, "tool": "navigator", "concurrency": [1, 2],
+                     "configurations": [{"name": "i1_b8_d0", "results": [
+                         {"concurrency": 2, "batch_size": 1, "throughput": 10.0, "latency_ms": {"p99": 1.0}}]}],
+                     "ranked": ["i1_b8_d0"], "chosen": "i1_b8_d0"}
+    migrated = status.loads(yaml.safe_dump(v3))
+    assert migrated.serving.load == {"mode": "concurrency", "levels": [1, 2], "shared_memory": "none"}
+    assert migrated.serving.server == {"remote": False}
+    assert migrated.serving.configurations[0].results[0].level == "2"
+    schema.validate(migrated.to_dict())
+
+
+def test_a_v2_file_migrates_and_validates_as_v4():
     """The v2 golden file (before output kinds, floors and runner settings) loads through the
-    v2 -> v3 migration, validates against the v3 schema once re-dumped, and keeps its content."""
+    v2 -> v3 -> v4 migrations, validates against the v4 schema once re-dumped, and keeps its content."""
     old = yaml.safe_load(GOLDEN_V2.read_text(encoding="utf-8"))
     assert old["schema_version"] == 2
     loaded = status.loads(GOLDEN_V2.read_text(encoding="utf-8"))
-    assert loaded.schema_version == 3
+    assert loaded.schema_version == 4
     logits = loaded.formats["onnx"].runners["onnxruntime-cpu"].verify.outputs["logits"]
     assert logits.max_abs == 2.1e-07 and logits.kind is None and logits.floor is None
     schema.validate(loaded.to_dict())
 
 
-def test_a_v1_file_migrates_and_validates_as_v3():
+def test_a_v1_file_migrates_and_validates_as_v4():
     """The v1 golden file (written by Navigator 0.1 before the inconclusive status) loads through
-    the v1 -> v2 -> v3 migrations, validates against the v3 schema once re-dumped, and keeps its content."""
+    the v1 -> … -> v4 migrations, validates against the v4 schema once re-dumped, and keeps its content."""
     old = yaml.safe_load(GOLDEN_V1.read_text(encoding="utf-8"))
     assert old["schema_version"] == 1
     loaded = status.loads(GOLDEN_V1.read_text(encoding="utf-8"))
-    assert loaded.schema_version == 3
+    assert loaded.schema_version == 4
     assert loaded.formats["onnx"].runners["onnxruntime-cpu"].verify.outputs["logits"].max_abs == 2.1e-07
     assert loaded.formats["onnx"].runners["onnxruntime-cpu"].verify.outputs["logits"].conclusive is None
     schema.validate(loaded.to_dict())
