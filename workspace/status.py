@@ -297,6 +297,7 @@ class ServingConfig(Record):
     dynamic_batching: bool = False
     max_queue_delay_us: int | None = None
     preferred_batch_sizes: list[int] = field(default_factory=list)
+    response_cache: bool | None = None  # v4: searched on/off (null: as the emitted config has it)
     status: str = "ok"                 # ok | failed (did not load / serve) | skipped (budget)
     reason: str | None = None
     meets_constraints: bool | None = None

@@ -1,6 +1,6 @@
 """navigator profile WS --triton: measure the model served by a real Triton server and
-search its configuration (instance count x max batch size x dynamic-batching delay),
-as Model Analyzer does.
+search its configuration (instance count x max batch size x dynamic-batching delay, and
+on request preferred batch sizes and the response cache), as Model Analyzer does.
 
 The format (--format, default the workspace's best) is emitted into a private
 scratch repository (WS/serving/repo/) and served by a local tritonserver in explicit
@@ -45,6 +45,36 @@ def _ints(text: str, flag: str, allow_none: bool = False) -> tuple:
     if not out:
         raise UserInputError(f"{flag}: empty list")
     return tuple(out)
+
+
+def _preferred_sets(text: str) -> tuple:
+    """``none/4/4,8/emitted`` -> ((), (4,), (4, 8), None)."""
+    from navigator.errors import UserInputError
+
+    out = []
+    for part in str(text).split("/"):
+        part = part.strip().lower()
+        if part == "emitted":
+            out.append(None)
+        elif part == "none":
+            out.append(())
+        else:
+            sizes = _ints(part, "--preferred-batch-sizes")
+            if min(sizes) < 1:
+                raise UserInputError(f"--preferred-batch-sizes {text!r}: sizes must be >= 1")
+            out.append(tuple(sorted(set(sizes))))
+    return tuple(out)
+
+
+def _switches(text: str, flag: str) -> tuple[bool, ...]:
+    """``off,on`` -> (False, True)."""
+    from navigator.errors import UserInputError
+
+    values = {"off": False, "on": True}
+    parts = [p.strip().lower() for p in str(text).split(",") if p.strip()]
+    if not parts or any(p not in values for p in parts):
+        raise UserInputError(f"{flag} {text!r}: give off, on or off,on")
+    return tuple(dict.fromkeys(values[p] for p in parts))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -100,6 +130,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--queue-delays-us", metavar="US,…",
                    help="dynamic batcher max_queue_delay_microseconds values; 'none' = no dynamic batching "
                         "(default 0)")
+    c.add_argument("--preferred-batch-sizes", metavar="SET/SET/…",
+                   help="preferred batch-size sets to search, '/' between sets, e.g. none/4/4,8 ('emitted': as "
+                        "the emitted config has them; default: not searched)")
+    c.add_argument("--response-cache", metavar="off,on",
+                   help="search the response cache off and/or on (deterministic models only: checked first; the "
+                        "local server gets --cache-config)")
     c.add_argument("--step", default="auto", metavar="auto|model|preprocess|postprocess|NAME",
                    help="when the repository holds the workspace's model as an ensemble: the step whose configuration "
                         "is searched (default auto: the busiest step in a probe of the ensemble)")
@@ -122,6 +158,8 @@ def options_from_args(args: argparse.Namespace):
         max_batch_sizes=_ints(args.max_batch_sizes, "--max-batch-sizes") if args.max_batch_sizes else None,
         queue_delays_us=(_ints(args.queue_delays_us, "--queue-delays-us", allow_none=True)
                          if args.queue_delays_us else None),
+        preferred_batch_sizes=_preferred_sets(args.preferred_batch_sizes) if args.preferred_batch_sizes else None,
+        response_cache=_switches(args.response_cache, "--response-cache") if args.response_cache else None,
         apply=args.apply, tritonserver=args.tritonserver, step=args.step, url=args.url,
         load_configs=args.load_configs)
 

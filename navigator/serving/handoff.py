@@ -30,9 +30,12 @@ def model_analyzer_config(*, repo: Path, model: str, space: Space, load: Load, b
     delays = [d for d in space.delays_us if d is not None]
     if delays and space.max_batch_sizes != (0,):
         db: dict = {"max_queue_delay_microseconds": delays}
-        if preferred:
-            db["preferred_batch_size"] = [list(preferred)]   # a list in a list: set as is, not swept
+        sets = [list(preferred) if p is None else list(p) for p in space.preferred]
+        if any(sets):
+            db["preferred_batch_size"] = sets     # a list of lists: each set tried as is
         params["dynamic_batching"] = db
+    if space.caches != (None,):
+        params["response_cache"] = {"enable": [bool(c) for c in space.caches]}
     params["instance_group"] = [{"kind": kind, "count": list(space.instances)}]
     flags: dict = {"input-data": input_data, "measurement-interval": int(measurement_ms)}
     if shapes:

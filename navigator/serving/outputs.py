@@ -100,8 +100,9 @@ def _config_record(res: ConfigResult, objective: Objective, preferred: list[int]
     return ServingConfig(name=c.name, instances=c.instances, max_batch_size=c.max_batch_size,
                          dynamic_batching=c.delay_us is not None and c.max_batch_size > 0,
                          max_queue_delay_us=c.delay_us if c.max_batch_size else None,
-                         preferred_batch_sizes=[p for p in preferred if c.delay_us is not None and
-                                                1 <= p <= c.max_batch_size],
+                         preferred_batch_sizes=[p for p in (preferred if c.preferred is None else c.preferred)
+                                                if c.delay_us is not None and 1 <= p <= c.max_batch_size],
+                         response_cache=c.cache,
                          status=res.status, reason=res.reason,
                          meets_constraints=ok if res.status == "ok" else None,
                          best=_point_record(best) if best is not None else None,

@@ -76,6 +76,8 @@ class ServingOptions:
     instance_counts: tuple[int, ...] | None = None      # default 1 … min(4, cores)
     max_batch_sizes: tuple[int, ...] | None = None      # default powers of 2 up to the emitted max
     queue_delays_us: tuple[int | None, ...] | None = None   # default (0,); None = no dynamic batching
+    preferred_batch_sizes: tuple[tuple[int, ...] | None, ...] | None = None   # sets searched; None in it: as emitted
+    response_cache: tuple[bool, ...] | None = None      # searched off/on (deterministic models only)
     apply: str | None = None                   # None: no; "": WS/triton; else a repository
     tritonserver: str | None = None
     step: str = "auto"                         # an ensemble's step to search: auto | model | preprocess | …
@@ -147,7 +149,9 @@ class ServingOptions:
                 raise UserInputError(f"{flag}: not with --url (the server there has its own backends)")
         searched = [flag for flag, given in (("--instance-counts", self.instance_counts),
                                              ("--max-batch-sizes", self.max_batch_sizes),
-                                             ("--queue-delays-us", self.queue_delays_us)) if given]
+                                             ("--queue-delays-us", self.queue_delays_us),
+                                             ("--preferred-batch-sizes", self.preferred_batch_sizes),
+                                             ("--response-cache", self.response_cache)) if given]
         if searched and not self.load_configs:
             raise UserInputError(f"{searched[0]}: --url measures the model as that server serves it",
                                  hint="pass --load-configs to load each searched configuration there")
@@ -187,6 +191,7 @@ class ServingRun:
     setup_s: float = 0.0           # scratch repository, server start, loads: outside the budget
     space: object = None
     remote: object = None          # the RemoteServer of --url (kept after the run for the record)
+    deterministic: str | None = None   # None: not checked; "": deterministic; else why the cache is not searched
 
 
 # --------------------------------------------------------------------------- entry
@@ -466,9 +471,13 @@ def _server(r: ServingRun):
 
     if r.opts.url:
         return RemoteServer(parse_url(r.opts.url), r.scratch, may_load=r.opts.load_configs)
-    gpu = shutil.which("nvidia-smi") is not None      # then GPU metrics on (navigator.triton.server turns them off)
+    from navigator.triton.server import RESPONSE_CACHE_BYTES
+
+    extra = ["--allow-gpu-metrics=true"] if shutil.which("nvidia-smi") else []   # navigator.triton.server: off
+    if r.space is not None and True in r.space.caches:    # a searched cache needs the server's cache
+        extra.append(f"--cache-config=local,size={RESPONSE_CACHE_BYTES}")
     return TritonServer(r.scratch, cpu_backends=r.opts.cpu_backends, models=[], log_path=r.out / "tritonserver.log",
-                        tritonserver=r.opts.tritonserver, extra_args=("--allow-gpu-metrics=true",) if gpu else ())
+                        tritonserver=r.opts.tritonserver, extra_args=extra)
 
 
 def _check_served(r: ServingRun, reporter) -> None:
@@ -507,6 +516,10 @@ def _evaluate(r: ServingRun, cand: Candidate, objective: Objective, rule: StopRu
     from navigator.serving import variants
 
     t0 = time.monotonic()
+    if cand.cache and r.deterministic is None:
+        r.deterministic = _determinism(r, cand) or ""
+    if cand.cache and r.deterministic:
+        return ConfigResult(cand, status="skipped", reason=f"response cache: {r.deterministic}", duration_s=0.0)
     try:
         cfg = variants.variant(r.base, cand, preferred=r.preferred)
     except UserInputError as e:
@@ -544,8 +557,86 @@ def _evaluate(r: ServingRun, cand: Candidate, objective: Objective, rule: StopRu
     mem = gpu_memory_mb(r.server.metrics_url) if not r.opts.url else None
     if mem is not None:
         r.gpu_mem[cand.name] = mem
+    if cand.cache:
+        hits, total = _cache_hits(r)
+        if not hits:
+            return ConfigResult(cand, status="failed", measurements=measurements, duration_s=time.monotonic() - t0,
+                                reason="response cache: no hit in the statistics, so the server runs without a cache "
+                                       "(tritonserver --cache-config); measured without one")
+        notes.append(f"response cache: {hits} of {total} requests answered from it (the load cycles through at most "
+                     f"{len(r.data.rows)} distinct inputs; a stream that repeats less gains less)")
     return ConfigResult(cand, status="ok", reason="; ".join(notes) or None, measurements=measurements,
                         duration_s=time.monotonic() - t0)
+
+
+def _client(r: ServingRun):
+    """A synchronous client of the measured server, in its protocol."""
+    if getattr(r.server, "protocol", "grpc") == "http":
+        import tritonclient.http as tc
+
+        return tc.InferenceServerClient(_address(r), network_timeout=60.0), tc
+    import tritonclient.grpc as tc
+
+    return tc.InferenceServerClient(r.server.grpc_url), tc
+
+
+def _determinism(r: ServingRun, cand: Candidate) -> str | None:
+    """Before a response cache is measured: the model, served with the cache off, answers two
+    inputs twice each with the same bytes (else a cached answer could differ from a computed one).
+    None when it does, else why not."""
+    import dataclasses
+
+    import numpy as np
+
+    from navigator.serving import variants
+    from navigator.triton import config as cfg_mod
+
+    off = dataclasses.replace(cand, cache=False)
+    variants.write(r.scratch / r.step / "config.pbtxt", variants.variant(r.base, off, preferred=r.preferred))
+    _load(r, r.model)
+    client, tc = _client(r)
+    try:
+        for k in range(min(2, len(r.data.rows))):
+            arrays = r.data.batch(k, 1)
+            inputs = []
+            for name in r.data.names:
+                arr = arrays[name]
+                inp = tc.InferInput(name, list(arr.shape), cfg_mod.triton_dtype(str(arr.dtype))[len("TYPE_"):])
+                inp.set_data_from_numpy(arr)
+                inputs.append(inp)
+            first, second = (client.infer(r.model, inputs) for _ in range(2))
+            for name in r.data.outputs:
+                a, b = first.as_numpy(name), second.as_numpy(name)
+                if a.shape != b.shape or a.tobytes() != b.tobytes():
+                    diff = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) \
+                        if a.shape == b.shape and a.dtype.kind in "fiu" else None
+                    return (f"not searched: {r.model} is not deterministic (output {name} differs between two "
+                            f"runs of one input" + (f" by up to {diff:.3g}" if diff is not None else "") + ")")
+    except Exception as e:      # the server's error: the cache cannot be judged, so it is not searched
+        return f"not searched: the determinism check failed ({' '.join(str(e).split())[:200]})"
+    finally:
+        client.close()
+    return None
+
+
+def _cache_hits(r: ServingRun) -> tuple[int, int]:
+    """(response-cache hits, requests) in the model's statistics since it was last loaded."""
+    client, _ = _client(r)
+    try:
+        if getattr(r.server, "protocol", "grpc") == "http":
+            data = client.get_inference_statistics(r.step)
+        else:
+            data = client.get_inference_statistics(r.step, as_json=True)
+    except Exception:
+        return 0, 0
+    finally:
+        client.close()
+    hits = total = 0
+    for m in data.get("model_stats", []):
+        stats = m.get("inference_stats", {})
+        hits += int((stats.get("cache_hit") or {}).get("count", 0))
+        total += int((stats.get("success") or {}).get("count", 0))
+    return hits, total
 
 
 def _point(r: ServingRun, cand: Candidate, level, batch_size: int) -> Measurement:

@@ -2,11 +2,14 @@
 semantics (FACTS.md), not its code.
 
 A :class:`Candidate` is one config.pbtxt variant: instance count x max batch size x
-dynamic-batching queue delay (``None``: no dynamic batcher). Each candidate is
+dynamic-batching queue delay (``None``: no dynamic batcher), and where searched the
+preferred batch sizes and the response cache (``None``: as the base config has them).
+Each candidate is
 measured over a concurrency sweep by an ``evaluate`` callback; the search only sees
 :class:`ConfigResult` records, so it runs on synthetic objectives in the unit tests.
 
-- ``brute``: every instance count and delay, max batch size ascending; a sweep (of
+- ``brute``: every instance count, delay, preferred sizes and cache setting, max batch
+  size ascending; a sweep (of
   concurrency inside a candidate, of max batch size across candidates) stops when
   throughput gains < 5% for ``patience`` steps in a row (:class:`StopRule`). The max
   batch size sweeps advance in turn, so a short budget still sees every instance count.
@@ -34,48 +37,69 @@ MIN_GAIN = 0.05        # Model Analyzer: stop a sweep when throughput gains < 5%
 PATIENCE = 2           # ... for this many steps (MA looks over 4 steps of its 1…1024 sweep; ours are 5-6 long)
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Candidate:
     instances: int
     max_batch_size: int
-    delay_us: int | None = 0          # None: no dynamic batching
+    delay_us: int | None = 0                  # None: no dynamic batching
+    preferred: tuple[int, ...] | None = None  # preferred batch sizes; None: as the base config has them
+    cache: bool | None = None                 # response cache on/off; None: as the base config has it
 
     @property
     def name(self) -> str:
         tail = "nodb" if self.delay_us is None else f"d{self.delay_us}"
-        return f"i{self.instances}_b{self.max_batch_size}_{tail}"
+        name = f"i{self.instances}_b{self.max_batch_size}_{tail}"
+        if self.preferred is not None:
+            name += "_p" + ("-".join(map(str, self.preferred)) or "none")
+        if self.cache is not None:
+            name += "_cache" if self.cache else "_nocache"
+        return name
 
     def to_dict(self) -> dict:
-        return {"instances": self.instances, "max_batch_size": self.max_batch_size,
-                "dynamic_batching": self.delay_us is not None, "max_queue_delay_us": self.delay_us}
+        out = {"instances": self.instances, "max_batch_size": self.max_batch_size,
+               "dynamic_batching": self.delay_us is not None, "max_queue_delay_us": self.delay_us}
+        if self.preferred is not None:
+            out["preferred_batch_sizes"] = list(self.preferred)
+        if self.cache is not None:
+            out["response_cache"] = self.cache
+        return out
 
 
 @dataclass(frozen=True)
 class Space:
-    """The axes of the search; each is ascending."""
+    """The axes of the search: instances, max batch sizes and delays ascending; preferred
+    batch-size sets and cache settings in the order given (``(None,)``: not searched)."""
 
     instances: tuple[int, ...] = (1,)
     max_batch_sizes: tuple[int, ...] = (1,)
     delays_us: tuple[int | None, ...] = (0,)
+    preferred: tuple[tuple[int, ...] | None, ...] = (None,)
+    caches: tuple[bool | None, ...] = (None,)
 
     def __post_init__(self) -> None:
-        for axis in (self.instances, self.max_batch_sizes, self.delays_us):
+        for axis in (self.instances, self.max_batch_sizes, self.delays_us, self.preferred, self.caches):
             if not axis:
                 raise ValueError("an empty search axis")
 
-    def at(self, index: tuple[int, int, int]) -> Candidate:
-        i, b, d = index
-        return Candidate(self.instances[i], self.max_batch_sizes[b], self.delays_us[d])
+    def at(self, index: tuple[int, ...]) -> Candidate:
+        i, b, d, p, c = tuple(index) + (0,) * (5 - len(index))
+        return Candidate(self.instances[i], self.max_batch_sizes[b], self.delays_us[d], self.preferred[p],
+                         self.caches[c])
 
-    def shape(self) -> tuple[int, int, int]:
-        return len(self.instances), len(self.max_batch_sizes), len(self.delays_us)
+    def shape(self) -> tuple[int, ...]:
+        return (len(self.instances), len(self.max_batch_sizes), len(self.delays_us), len(self.preferred),
+                len(self.caches))
+
+    def sweeps(self) -> list[tuple]:
+        """(instances, delay, preferred, cache) of each max-batch-size sweep, in search order."""
+        return [(i, d, p, c) for i in self.instances for d in self.delays_us for p in self.preferred
+                for c in self.caches]
 
     def all(self) -> list[Candidate]:
-        return [Candidate(i, b, d) for i in self.instances for d in self.delays_us for b in self.max_batch_sizes]
+        return [Candidate(i, b, d, p, c) for i, d, p, c in self.sweeps() for b in self.max_batch_sizes]
 
     def size(self) -> int:
-        n_i, n_b, n_d = self.shape()
-        return n_i * n_b * n_d
+        return math.prod(self.shape())
 
 
 @dataclass(frozen=True)
@@ -177,22 +201,23 @@ HasTime = Callable[[], bool]
 
 
 def brute(space: Space, evaluate: Evaluate, has_time: HasTime, *, rule: StopRule | None = None) -> SearchOutcome:
-    """Every instance count and delay, each a sweep of max batch size ascending that ends
-    at the stop rule. The sweeps advance in turn, one max batch size each, so a budget
-    that ends the search early has still seen every instance count; with time enough
-    the set measured is the same as sweeping one after the other."""
+    """Every instance count, delay, preferred sizes and cache setting, each a sweep of max
+    batch size ascending that ends at the stop rule. The sweeps advance in turn, one max
+    batch size each, so a budget that ends the search early has still seen every instance
+    count (the budget is shared fairly); with time enough the set measured is the same as
+    sweeping one after the other."""
     rule = rule or StopRule()
     out = SearchOutcome()
     sizes = list(space.max_batch_sizes)
-    sweeps = [(inst, delay) for inst in space.instances for delay in space.delays_us]
+    sweeps = space.sweeps()
     step = {s: 0 for s in sweeps}
     gains: dict[tuple, list[float]] = {s: [] for s in sweeps}
     active = list(sweeps)
     while active:
         for sweep in list(active):
-            inst, delay = sweep
+            inst, delay, pref, cache = sweep
             n = step[sweep]
-            cand = Candidate(inst, sizes[n], delay)
+            cand = Candidate(inst, sizes[n], delay, pref, cache)
             step[sweep] = n + 1
             if step[sweep] >= len(sizes):
                 active.remove(sweep)
@@ -205,19 +230,22 @@ def brute(space: Space, evaluate: Evaluate, has_time: HasTime, *, rule: StopRule
             if sweep in active and rule.should_stop(gains[sweep]):
                 active.remove(sweep)
                 rest = sizes[n + 1:]
-                out.stopped.append(f"instances {inst}, delay {delay}: max batch size sweep stopped after "
+                what = f"instances {inst}, delay {delay}" + (f", preferred {list(pref)}" if pref is not None else "") \
+                    + (f", cache {'on' if cache else 'off'}" if cache is not None else "")
+                out.stopped.append(f"{what}: max batch size sweep stopped after "
                                    f"{sizes[n]} (throughput gains < {rule.min_gain:.0%} for {rule.patience} steps); "
                                    f"not measured: {', '.join(map(str, rest))}")
     return out
 
 
 def hill_climb(space: Space, evaluate: Evaluate, has_time: HasTime, objective: Objective,
-               start: tuple[int, int, int] = (0, 0, 0)) -> SearchOutcome:
+               start: tuple[int, ...] | None = None) -> SearchOutcome:
     """Quick search: from ``start``, evaluate the unvisited neighbours (±1 on each axis)
     and move to the best one while it beats the current candidate."""
     out = SearchOutcome()
-    seen: dict[tuple[int, int, int], ConfigResult] = {}
+    seen: dict[tuple[int, ...], ConfigResult] = {}
     shape = space.shape()
+    start = tuple(start) + (0,) * (len(shape) - len(start)) if start is not None else (0,) * len(shape)
 
     def visit(index) -> ConfigResult | None:
         if index in seen:
@@ -239,7 +267,7 @@ def hill_climb(space: Space, evaluate: Evaluate, has_time: HasTime, objective: O
         return out
     while True:
         neighbours = []
-        for axis in range(3):
+        for axis in range(len(shape)):
             for step in (-1, 1):
                 idx = list(current)
                 idx[axis] += step

@@ -1,6 +1,7 @@
 """config.pbtxt variants of one model (instance count, max batch size, dynamic
-batching): the space searched, each variant, and ``--apply``: the chosen settings
-written into a user's repository.
+batching, and where searched its preferred batch sizes and the response cache): the
+space searched, each variant, and ``--apply``: the chosen settings written into a
+user's repository.
 
 A variant starts from the emitted config (a ``ModelConfig`` message, never text
 surgery): ``instance_group[*].count``, ``max_batch_size`` and the
@@ -29,15 +30,18 @@ def space(base, role: str, opts, *, key: str) -> Space:
     instances = tuple(sorted(set(opts.instance_counts))) if opts.instance_counts else \
         tuple(range(1, min(4, cores) + 1))
     if role != "model":      # a Python step: its instance count (model.py runs one request at a time)
-        if opts.max_batch_sizes or opts.queue_delays_us:
-            raise UserInputError(f"--max-batch-sizes/--queue-delays-us: the searched step {base.name} ({role}) "
-                                 "is searched by its instance count only")
+        if opts.max_batch_sizes or opts.queue_delays_us or opts.preferred_batch_sizes or opts.response_cache:
+            raise UserInputError(f"--max-batch-sizes/--queue-delays-us/--preferred-batch-sizes/--response-cache: "
+                                 f"the searched step {base.name} ({role}) is searched by its instance count only")
         delay = base.dynamic_batching.max_queue_delay_microseconds if base.HasField("dynamic_batching") else None
         return Space(instances, (base.max_batch_size,), (delay,))
+    caches = _caches(base, opts)
     if base.max_batch_size == 0:
         if opts.max_batch_sizes and any(opts.max_batch_sizes):
             raise UserInputError(f"--max-batch-sizes: {base.name} does not batch (max_batch_size 0)")
-        return Space(instances, (0,), (None,))
+        if opts.preferred_batch_sizes:
+            raise UserInputError(f"--preferred-batch-sizes: {base.name} does not batch (max_batch_size 0)")
+        return Space(instances, (0,), (None,), caches=caches)
     if opts.max_batch_sizes:
         sizes = tuple(sorted(set(opts.max_batch_sizes)))
         if 0 in sizes:
@@ -53,12 +57,36 @@ def space(base, role: str, opts, *, key: str) -> Space:
         sizes.append(base.max_batch_size)
         sizes = tuple(sizes)
     if base.HasField("sequence_batching"):   # it excludes the dynamic batcher (FACTS.md), as Model Analyzer does
-        if opts.queue_delays_us:
-            raise UserInputError(f"--queue-delays-us: {base.name} is stateful, scheduled by the sequence batcher")
-        return Space(instances, sizes, (None,))
+        if opts.queue_delays_us or opts.preferred_batch_sizes:
+            raise UserInputError(f"--queue-delays-us/--preferred-batch-sizes: {base.name} is stateful, scheduled "
+                                 "by the sequence batcher")
+        return Space(instances, sizes, (None,), caches=caches)
     delays = opts.queue_delays_us if opts.queue_delays_us else (0,)
     delays = tuple(sorted(set(delays), key=lambda d: (d is not None, d or 0)))   # none first, then ascending
-    return Space(instances, sizes, delays)
+    preferred: tuple = (None,)
+    if opts.preferred_batch_sizes:
+        if delays == (None,):
+            raise UserInputError("--preferred-batch-sizes: the dynamic batcher uses them; --queue-delays-us none "
+                                 "turns it off")
+        too_big = [b for sizes_ in opts.preferred_batch_sizes if sizes_ for b in sizes_ if b > max(sizes)]
+        if too_big:
+            raise UserInputError(f"--preferred-batch-sizes: {too_big[0]} is larger than every max batch size "
+                                 f"searched ({', '.join(map(str, sizes))})")
+        preferred = tuple(dict.fromkeys(opts.preferred_batch_sizes))
+    return Space(instances, sizes, delays, preferred, caches)
+
+
+def _caches(base, opts) -> tuple:
+    """--response-cache: off/on as a search axis; a stateful model's answer depends on its state,
+    not only its inputs, so a cached one would be wrong."""
+    if not opts.response_cache:
+        return (None,)
+    if base.HasField("sequence_batching"):
+        raise UserInputError(f"--response-cache: {base.name} is stateful; its answers depend on its state, so "
+                             "a cached answer would be wrong")
+    if base.model_transaction_policy.decoupled:
+        raise UserInputError(f"--response-cache: {base.name} is decoupled; Triton caches no decoupled responses")
+    return tuple(dict.fromkeys(opts.response_cache))
 
 
 def load_config(path: Path):
@@ -88,6 +116,10 @@ def variant(base, cand: Candidate, *, preferred: list[int] | None = None):
                              f"{cand.max_batch_size} cannot be searched")
     cfg.max_batch_size = cand.max_batch_size
     preferred = preferred_sizes(base) if preferred is None else preferred
+    if cand.preferred is not None:
+        preferred = list(cand.preferred)
+    if cand.cache is not None:
+        cfg.response_cache.enable = bool(cand.cache)
     if cand.delay_us is None or cand.max_batch_size == 0 or cfg.HasField("sequence_batching"):
         cfg.ClearField("dynamic_batching")
     else:

@@ -239,8 +239,9 @@ class TritonServer:
         given = " ".join(self.extra_args)
         flags = [f for f in server_flags(configs) if f.split("=")[0] not in given]
         caches = self.env.tritonserver.parent.parent / "caches" if self.env is not None else None
-        if any(f.startswith("--cache-config") for f in flags) and self.tritonserver is None and caches is not None \
-                and caches.is_dir() and "--cache-directory" not in given:
+        wants_cache = any(f.startswith("--cache-config") for f in [*flags, *self.extra_args])
+        if wants_cache and self.tritonserver is None and caches is not None and caches.is_dir() \
+                and "--cache-directory" not in given:
             flags.append(f"--cache-directory={caches}")   # the wheel's local cache, not /opt/tritonserver's
         return flags
 

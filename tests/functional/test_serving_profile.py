@@ -331,3 +331,77 @@ def test_request_intervals_and_shared_memory_on_the_local_server(workspace, tmp_
     assert "open loop at the intervals of" in (workspace / "report" / "summary.md").read_text()
     one_line_error(_run("profile", workspace, "--triton", "--cpu-backends", "--request-rate", "10",
                         "--concurrency", "2", cwd=workspace.parent), "give one load mode")
+
+
+def test_preferred_batch_sizes_and_the_response_cache_are_searched(workspace, tmp_path):
+    from navigator.triton import config as cfg_mod
+
+    repo = tmp_path / "repo"
+    r = _run("triton", workspace, "--repo", repo, "--deploy", "none", cwd=workspace.parent)
+    assert r.returncode == 0, r.stderr
+    r = _run("profile", workspace, "--triton", *SMALL, "--instance-counts", "1", "--max-batch-sizes", "4",
+             "--preferred-batch-sizes", "none/2", "--response-cache", "off,on", "--budget-s", "60", "--apply", repo,
+             cwd=workspace.parent)
+    assert r.returncode == 0, r.stdout + r.stderr
+    sv = yaml.safe_load((workspace / "status.yaml").read_text())["serving"]
+    by_name = {c["name"]: c for c in sv["configurations"]}
+    assert set(by_name) == {"i1_b4_d0_pnone_nocache", "i1_b4_d0_pnone_cache", "i1_b4_d0_p2_nocache",
+                            "i1_b4_d0_p2_cache"}
+    for name, c in by_name.items():
+        assert c["status"] == "ok", c
+        assert c["response_cache"] is name.endswith("_cache")
+        assert c["preferred_batch_sizes"] == ([2] if "_p2_" in name else [])
+        if c["response_cache"]:     # the server's statistics show the cache answered
+            assert "answered from it" in c["reason"], c
+    chosen = by_name[sv["chosen"]]
+    applied = cfg_mod.read(repo / "mlp" / "config.pbtxt")
+    assert applied.response_cache.enable is chosen["response_cache"]
+    assert list(applied.dynamic_batching.preferred_batch_size) == chosen["preferred_batch_sizes"]
+    assert applied.backend == "onnxruntime" and [i.name for i in applied.input] == ["x"]   # the rest kept
+    ma = yaml.safe_load((workspace / "serving" / "model_analyzer.yaml").read_text())["profile_models"]["mlp"]
+    params = ma["model_config_parameters"]
+    assert params["response_cache"] == {"enable": [False, True]}
+    assert params["dynamic_batching"]["preferred_batch_size"] == [[], [2]]
+    one_line_error(_run("profile", workspace, "--triton", *SMALL, "--max-batch-sizes", "2",
+                        "--preferred-batch-sizes", "8", cwd=workspace.parent), "--preferred-batch-sizes: 8",
+                   "larger than every max batch size")
+    one_line_error(_run("profile", workspace, "--triton", *SMALL, "--response-cache", "maybe",
+                        cwd=workspace.parent), "--response-cache")
+
+
+NOISY_PY = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("y", np.random.rand(4).astype(np.float32))])
+                for _ in requests]
+'''
+
+
+def test_a_model_that_is_not_deterministic_gets_no_cache_searched(tmp_path):
+    """The check that decides whether a cache may be searched can fail: a model whose answers
+    vary for one input (served with the cache off) is named, and a deterministic one passes."""
+    from types import SimpleNamespace
+
+    from navigator.serving import profile
+    from navigator.serving.search import Candidate
+    from navigator.triton import config as cfg_mod
+    from navigator.triton.server import TritonServer
+
+    repo = tmp_path / "repo"
+    for name, body in (("noisy", NOISY_PY), ("steady", SLEEPY_PY.replace("time.sleep(self.delay)", "pass"))):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "1" / "model.py").write_text(body)
+        (repo / name / "config.pbtxt").write_text(SLEEPY_CONFIG.replace('"sleepy"', f'"{name}"'))
+    with TritonServer(repo, models=[], log_path=tmp_path / "server.log") as server:
+        for name, deterministic in (("noisy", False), ("steady", True)):
+            r = SimpleNamespace(scratch=repo, step=name, model=name, base=cfg_mod.read(repo / name / "config.pbtxt"),
+                                preferred=[], server=server, data=_sleepy_data(), opts=SimpleNamespace(url=None),
+                                deadline=0.0, config_deadline=0.0, setup_s=0.0)
+            why = profile._determinism(r, Candidate(2, 0, None, None, True))
+            assert (why is None) is deterministic, why
+            if not deterministic:
+                assert "not deterministic" in why and "output y differs" in why

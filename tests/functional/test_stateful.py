@@ -308,6 +308,11 @@ def test_a_serving_profile_streams_whole_sequences(gru_ws, tmp_path, cli, tool):
         assert f"1 stream/streams with {steps} step/steps" in logs and "Sequence count" in logs
     cfg = text_format.Parse((repo / "gru_step" / "config.pbtxt").read_text(), mc.ModelConfig())
     assert cfg.sequence_batching.state and not cfg.HasField("dynamic_batching")
+    if tool == "off":    # a sequence is sent step by step at a concurrency: no open loop, no cache
+        one_line_error(cli("profile", ws, "--triton", "--format", "onnx", "--cpu-backends", "--request-rate", "10"),
+                       "--request-rate", "stateful")
+        one_line_error(cli("profile", ws, "--triton", "--format", "onnx", "--cpu-backends", "--response-cache",
+                           "off,on"), "--response-cache", "stateful")
 
 
 @pytest.mark.slow

@@ -146,3 +146,40 @@ def test_what_makes_a_served_config_another_model():
     import json
 
     assert remote.from_json(json.loads(remote.to_json(ws))) == ws
+
+
+def test_preferred_sizes_and_the_cache_are_search_axes():
+    from navigator.serving import variants
+    from navigator.serving.search import Candidate, Space, brute, hill_climb
+    from navigator.serving.search import ConfigResult
+
+    base = cfg_mod.parse(CFG.replace("instance_group",
+                                     "dynamic_batching { preferred_batch_size: [ 4 ] }\ninstance_group"))
+    opts = ServingOptions(instance_counts=(1,), max_batch_sizes=(2, 8), preferred_batch_sizes=((), (2, 8), None),
+                          response_cache=(False, True))
+    space = variants.space(base, "model", opts, key="onnx")
+    assert space.shape() == (1, 2, 1, 3, 2) and space.size() == 12
+    names = [c.name for c in space.all()]
+    assert "i1_b8_d0_pnone_nocache" in names and "i1_b2_d0_p2-8_cache" in names and "i1_b8_d0_cache" in names
+    cfg = variants.variant(base, Candidate(1, 2, 0, (2, 8), True))
+    assert list(cfg.dynamic_batching.preferred_batch_size) == [2] and cfg.response_cache.enable   # 8 > max 2
+    assert list(variants.variant(base, Candidate(1, 8, 0, None, None)).dynamic_batching.preferred_batch_size) == [4]
+    assert not variants.variant(base, Candidate(1, 8, 0, (), False)).dynamic_batching.preferred_batch_size
+    # every sweep is seen, and the hill climb moves along the new axes too
+    seen = []
+
+    def evaluate(cand):
+        seen.append(cand)
+        return ConfigResult(cand, status="ok", measurements=[_m(None, 100.0 + 50 * bool(cand.cache))])
+
+    brute(space, evaluate, lambda: True)
+    assert {(c.preferred, c.cache) for c in seen} == {(p, c) for p in ((), (2, 8), None) for c in (False, True)}
+    seen.clear()
+    out = hill_climb(space, evaluate, lambda: True, Objective())
+    assert out.chosen(Objective()).candidate.cache is True
+    stateful = cfg_mod.parse(CFG.replace("instance_group", "sequence_batching { }\ninstance_group"))
+    with pytest.raises(UserInputError, match="stateful"):
+        variants.space(stateful, "model", ServingOptions(response_cache=(True,)), key="onnx")
+    with pytest.raises(UserInputError, match="stateful"):
+        variants.space(stateful, "model", ServingOptions(preferred_batch_sizes=((2,),)), key="onnx")
+    assert Space().shape() == (1, 1, 1, 1, 1) and Space().at((0, 0, 0)) == Candidate(1, 1, 0)

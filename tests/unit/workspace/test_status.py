@@ -168,15 +168,15 @@ def full_status() -> Status:
             server={"remote": True, "url": "grpc://gpu-box:8001", "version": "2.51.0", "loaded_configs": True,
                     "restored": True},
             configurations=[ServingConfig(
-                name="i1_b8_d0", instances=1, max_batch_size=8, dynamic_batching=True, max_queue_delay_us=0,
-                meets_constraints=True,
+                name="i1_b8_d0_p4_cache", instances=1, max_batch_size=8, dynamic_batching=True,
+                max_queue_delay_us=0, preferred_batch_sizes=[4], response_cache=True, meets_constraints=True,
                 best=ServingPoint(concurrency=None, request_rate=200.0, throughput=199.5,
                                   latency_ms={"avg": 1.2, "p50": 1.1, "p99": 2.5}, windows=3, stable=True,
                                   window_ms=500),
                 results=[ServingPoint(concurrency=None, request_rate=200.0, throughput=199.5,
                                       latency_ms={"avg": 1.2, "p50": 1.1, "p99": 2.5}, windows=3, stable=True,
                                       window_ms=500)])],
-            ranked=["i1_b8_d0"], chosen="i1_b8_d0", setup_s=3.0),
+            ranked=["i1_b8_d0_p4_cache"], chosen="i1_b8_d0_p4_cache", setup_s=3.0),
     )
 
 
