@@ -105,7 +105,7 @@ class NavigatorConfig:
         ``auto`` until the pipeline decides)."""
         changes = {k: v for k, v in self.DEFAULTS.items() if getattr(self, k) is None}
         if self.worker_memory_gb is None:
-            from navigator.execution.isolation import default_memory_limit_gb
+            from navigator.machine import default_memory_limit_gb
 
             changes["worker_memory_gb"] = default_memory_limit_gb() or 0.0
         return dataclasses.replace(self, **changes)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from navigator.validators.kinds import batch_rows as _rows
+
 ANOTHER_ROW = "another input's reference (rows rolled)"
 ANOTHER_SAMPLE = "another sample's reference"
 ZEROS = "a zero output"
@@ -69,7 +71,7 @@ def candidates(reference: dict, inputs: dict, *, batch_dim: int | None,
 # --------------------------------------------------------------------------- the rules on any candidate
 def mismatches(rule, out, ref):
     """Elements that fail: Polygraphy's OR rule for floats, inequality for integers."""
-    from navigator.validators.numeric import diffs, elementwise_fail
+    from navigator.validators.elementwise import diffs, elementwise_fail
 
     if out.dtype.kind in "fc" or ref.dtype.kind in "fc":
         absdiff, reldiff = diffs(out, ref)
@@ -143,16 +145,6 @@ def norm_budget(threshold: float | None) -> float:
     return 10.0 * (1.0 - (threshold if threshold is not None else 1.0))
 
 
-def _rows(a, batch_dim: int | None):
-    """``a`` as (samples, values): one row per batch entry (the whole tensor when unbatched)."""
-    import numpy as np
-
-    a = np.asarray(a, dtype=np.float64)
-    if batch_dim is None or a.ndim <= batch_dim or a.ndim < 2:
-        return a.reshape(1, -1)
-    return np.moveaxis(a, batch_dim, 0).reshape(a.shape[batch_dim], -1)
-
-
 def worst_relative_l2(out, ref, batch_dim: int | None) -> float:
     """The largest ``||out - ref|| / ||ref||`` over the samples (batch rows)."""
     import numpy as np
@@ -189,7 +181,7 @@ def accepted(rule, candidate, ref, *, allow_nan: bool = False, error_stat: str =
     tolerance mode in numpy, which is Polygraphy's rule: tests/unit/test_numeric.py.)"""
     import numpy as np
 
-    from navigator.validators.numeric import diffs, mask_nan
+    from navigator.validators.elementwise import diffs, mask_nan
 
     candidate, ref = np.asarray(candidate), np.asarray(ref)
     if candidate.shape != ref.shape:

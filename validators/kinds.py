@@ -176,6 +176,16 @@ def describe(axis: int, indices: list[int]) -> str:
 
 
 # --------------------------------------------------------------------------- task-level figures
+def batch_rows(a, batch_dim: int | None):
+    """``a`` as (samples, values): one row per batch entry (the whole tensor when unbatched)."""
+    import numpy as np
+
+    a = np.asarray(a, dtype=np.float64)
+    if batch_dim is None or a.ndim <= batch_dim or a.ndim < 2:
+        return a.reshape(1, -1)
+    return np.moveaxis(a, batch_dim, 0).reshape(a.shape[batch_dim], -1)
+
+
 def _rows(a, axis: int):
     import numpy as np
 
@@ -193,8 +203,6 @@ def cosine_rows(out, ref, batch_dim: int | None) -> float:
     """The smallest cosine similarity between an output row and the reference's (one row per batch
     entry; the whole tensor when unbatched)."""
     import numpy as np
-
-    from navigator.validators.controls import _rows as batch_rows
 
     o, r = batch_rows(out, batch_dim), batch_rows(ref, batch_dim)
     no, nr = np.linalg.norm(o, axis=1), np.linalg.norm(r, axis=1)

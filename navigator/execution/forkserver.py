@@ -297,7 +297,7 @@ class ForkServer:
         return self
 
     def _start(self) -> None:
-        from navigator.execution.isolation import python_command
+        from navigator.execution.processes import python_command
 
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         child_env = dict(os.environ)
@@ -585,7 +585,7 @@ def _child(request: dict, ctl: socket.socket, job_sock: socket.socket, log_fd: i
         from navigator.execution import worker
 
         sys.argv = [worker.__file__, request["job"]]
-        from navigator.execution.isolation import python_command
+        from navigator.execution.processes import python_command
 
         set_title(" ".join(python_command("-m", "navigator._worker", request["job"])))
         code = worker.main([request["job"]], forked=True)

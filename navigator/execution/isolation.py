@@ -56,14 +56,14 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from navigator.execution.jobs import Event, Job
-from navigator.execution.processes import kill_group, reap, stop_group
+from navigator.execution.processes import kill_group, python_command, reap, stop_group
+from navigator.machine import GIB
 
 log = logging.getLogger(__name__)
 
@@ -80,36 +80,6 @@ class WorkerOutcome:
     wall_s: float = 0.0
     peak_rss_mb: float | None = None   # the worker's peak resident set (VmHWM), MiB
     memory_killed: bool = False        # killed for exceeding the memory limit
-
-
-GIB = 1 << 30
-
-
-def physical_memory_bytes() -> int | None:
-    """Memory this process may use: MemTotal, or a smaller cgroup limit (v2 or v1)."""
-    total = None
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    total = int(line.split()[1]) * 1024
-                    break
-    except (OSError, ValueError, IndexError):
-        pass
-    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            text = Path(path).read_text().strip()
-        except OSError:
-            continue
-        if text.isdigit() and int(text) > 0 and (total is None or int(text) < total):
-            total = int(text)
-    return total
-
-
-def default_memory_limit_gb() -> float | None:
-    """75% of the machine's (or container's) memory, in GiB; None when unknown."""
-    total = physical_memory_bytes()
-    return round(total * 0.75 / GIB, 1) if total else None
 
 
 def _descendants(pid: int) -> list[int]:
@@ -212,13 +182,6 @@ def _pause(wake_fd: int | None) -> None:
             os.read(wake_fd, 4096)
         except BlockingIOError:
             pass
-
-
-def python_command(*args: str) -> list[str]:
-    """This interpreter with ``args``, never putting the working directory on sys.path (``-P``,
-    Python 3.11+): a ``triton/`` folder where the user runs navigator (``navigator triton`` writes
-    one into each workspace) would shadow the ``triton`` package torch.compile imports."""
-    return [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), *args]
 
 
 def _start(job, job_path: Path, log_path: Path, env: dict, forkserver, cancel):

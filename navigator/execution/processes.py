@@ -164,3 +164,10 @@ def kill_descendants(timeout_s: float = 2.0) -> None:
         if time.monotonic() > deadline:
             return
         time.sleep(0.005)
+
+
+def python_command(*args: str) -> list[str]:
+    """This interpreter with ``args``, never putting the working directory on sys.path (``-P``,
+    Python 3.11+): a ``triton/`` folder where the user runs navigator (``navigator triton`` writes
+    one into each workspace) would shadow the ``triton`` package torch.compile imports."""
+    return [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), *args]

@@ -15,6 +15,12 @@ from dataclasses import dataclass, field
 
 from navigator.execution.racing import separated, unstable
 
+# Screening (navigator.execution.race_job): 3 to 5 windows of >= 30 ms, still until the last 3 agree (a
+# JIT stalls again after each new shape), batch sizes x4 apart then the peak's neighbours; whoever it
+# cannot separate from the leader is raced with full windows (benchmarks/results/speed_cpu.md, "Screening windows").
+SCREEN = {"window_s": 0.03, "window_min_iters": 10, "warmup_iters": 3, "max_windows": 5, "stop_within_spread": True,
+          "coarse": True}
+SCREEN_BUDGET_S = 10.0    # stages.run_profile screens a run's only (format, runner) with the same
 STABILITY = 1.10          # max/min over the last 3 windows
 MIN_WINDOWS, MAX_WINDOWS, LAST = 3, 10, 3
 MIN_GAIN = 0.05           # stop the batch sweep below this throughput gain

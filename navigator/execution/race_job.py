@@ -38,20 +38,10 @@ from pathlib import Path
 
 from navigator.execution import racing
 from navigator.execution.jobs import Event, Job, PeerWindow, RacePeer, RunnerTask, Task
+from navigator.execution.profiling import SCREEN, SCREEN_BUDGET_S  # noqa: F401  (the screening settings)
 
 log = logging.getLogger("navigator.worker")
 
-# Fewer and shorter windows than a full sweep's (3-10 of >= 0.1 s): 3 to 5 of >= 30 ms, still until
-# the last 3 agree, since a JIT (TorchScript's profiling executor) stalls again some inferences after
-# each new shape. The doubling stops at a gain within the windows' spread, and, while they are too
-# noisy to tell, at a batch size not ahead at all. Batch sizes x4 apart, then the peak's two doubling
-# neighbours (ProfileSettings.coarse): 5 sizes instead of 7 where the peak is the largest (the
-# transformer block's every runner, max 64). Measured on the examples' CNN and transformer block
-# (issue #20): windows of 30 ms kept spreads mostly under 0.07, as 50 ms did; whoever a screening
-# cannot separate from the leader is raced with full windows (RACE_* below).
-SCREEN = {"window_s": 0.03, "window_min_iters": 10, "warmup_iters": 3, "max_windows": 5, "stop_within_spread": True,
-          "coarse": True}
-SCREEN_BUDGET_S = 10.0    # stages.run_profile screens a run's only (format, runner) with the same
 RACE_MAX_ROUNDS = 30
 # Each race window follows this much unmeasured running: a runner measured right after another
 # ran at about half speed for its first ~50 ms (two onnxruntime sessions of one CNN, batch 16:
@@ -177,11 +167,11 @@ def _artifact_bytes(ws, tasks: list[Task]) -> int:
 
 def _load(ws, entry: _Entry) -> None:
     from navigator import runners
-    from navigator.execution.stages import _runner_options
+    from navigator.execution.stages import runner_options
 
     task, spec = entry.task, entry.spec
     entry.runner = runners.create(spec.spec(), ws.abs(task.artifact),
-                                  **_runner_options(task, spec, task.io_names, None))
+                                  **runner_options(task, spec, task.io_names, None))
     entry.runner.activate()
     entry.infer, entry.io = entry.runner.profiling_infer()
 
@@ -255,7 +245,7 @@ def _race_record(entry: _Entry, result: racing.RaceResult) -> dict:
 
 def run_race(ws, events, job: Job) -> int:
     from navigator.errors import error_text
-    from navigator.execution.worker import StageLog
+    from navigator.execution.logs import StageLog
 
     entries = [_Entry(i, task, spec) for i, task in enumerate(job.tasks) for spec in task.runners]
     peers = [_Peer(p) for p in job.race_peers]

@@ -28,7 +28,7 @@ def stored_sample(ws, io_names: dict) -> dict:
     return rename(npz.load(ws.input_files()[0]), io_names)
 
 
-def _runner_options(task: Task, spec: RunnerTask, io_names: dict, live: Any) -> dict:
+def runner_options(task: Task, spec: RunnerTask, io_names: dict, live: Any) -> dict:
     options = dict(spec.options)
     options.setdefault("inputs", [io_names.get(n, n) for n in task.input_names])
     options.setdefault("outputs", [io_names.get(n, n) for n in task.output_names])
@@ -237,7 +237,7 @@ def run_verify(ws, task: Task, spec: RunnerTask, io_names: dict, live: Any = Non
     from navigator.workspace import npz
 
     verify = task.verify
-    runner = runners.create(spec.spec(), ws.abs(task.artifact), **_runner_options(task, spec, io_names, live))
+    runner = runners.create(spec.spec(), ws.abs(task.artifact), **runner_options(task, spec, io_names, live))
     start = time.perf_counter()
     runner.activate()
     load_s = time.perf_counter() - start
@@ -473,7 +473,7 @@ def run_profile(ws, task: Task, runner, io_names: dict) -> dict:
     prof = task.profile
     settings = ProfileSettings(**prof.settings)
     if prof.screen:   # the run's only (format, runner): its screening is all there is to measure
-        from navigator.execution.race_job import SCREEN, SCREEN_BUDGET_S
+        from navigator.execution.profiling import SCREEN, SCREEN_BUDGET_S
 
         settings = ProfileSettings(**(prof.settings | SCREEN | {"budget_s": min(settings.budget_s, SCREEN_BUDGET_S)}))
     sample = stored_sample(ws, io_names)

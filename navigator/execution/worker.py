@@ -21,6 +21,7 @@ from pathlib import Path
 
 from navigator.errors import error_text
 from navigator.execution import stages
+from navigator.execution.logs import StageLog
 from navigator.execution.jobs import Event, Job, Task
 
 log = logging.getLogger("navigator.worker")
@@ -45,25 +46,6 @@ class Events:
 
     def close(self) -> None:
         self._f.close()
-
-
-class StageLog:
-    """Send the records of one stage to ``formats/<key>/<stage>.log`` (and the worker log)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.handler: logging.Handler | None = None
-
-    def __enter__(self):
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.handler = logging.FileHandler(self.path, mode="a", encoding="utf-8")
-        self.handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        logging.getLogger().addHandler(self.handler)
-        return self
-
-    def __exit__(self, *exc):
-        logging.getLogger().removeHandler(self.handler)
-        self.handler.close()
 
 
 def _run_stage(events: Events, task_index: int, key: str, stage: str, runner: str | None, fn, log_path: Path) -> dict:
@@ -149,7 +131,7 @@ def run_job(job: Job) -> int:
         return run_race(ws, events, job)
     for i, task in enumerate(job.tasks):
         if task.kind == "prepare":   # a factory source, opened here rather than in the calling process
-            from navigator.pipeline.prepare import run_prepare
+            from navigator.execution.prepare_job import run_prepare
 
             result = _run_stage(events, i, task.key, "prepare", None, lambda: run_prepare(task),
                                 Path(task.prepare.out).parent / "prepare-stage.log")

@@ -9,24 +9,8 @@ from typing import Any, Callable
 from navigator.config import NavigatorConfig
 from navigator.workspace import status as status_mod
 from navigator.workspace.layout import Workspace
-from navigator.workspace.status import SamplesInfo, Status
-
-
-@dataclass
-class Prepared:
-    """The source opened, its samples taken or generated and its shape profiles derived
-    (:func:`navigator.pipeline.prepare.prepare`); nothing written yet."""
-
-    ws: Workspace
-    source: Any                                   # navigator.sources.Source
-    batches: list[dict]
-    batch_dim: int | None
-    profiles: list[dict]
-    samples_info: SamplesInfo
-    warnings: list[str] = field(default_factory=list)
-    reference: list[dict] | None = None           # reference outputs computed in this process (torch)
-    variation: list[dict] | None = None           # the same in float64: the source's own variation (torch)
-    stateful: dict | None = None                  # state pairs, steps (navigator.sources.state); None: stateless
+from navigator.sources.prepare import Prepared  # noqa: F401  (the run's inputs, read by resume)
+from navigator.workspace.status import Status
 
 
 @dataclass

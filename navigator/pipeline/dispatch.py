@@ -5,7 +5,6 @@ as far as a thread allows."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
@@ -17,6 +16,7 @@ from navigator.pipeline.context import RunContext
 from navigator.pipeline.diskfull import WorkspaceFull, check_disk_full, says_disk_full
 from navigator.pipeline.events import apply_event, finish_crashed, stage_durations
 from navigator.pipeline.race import keep_for_race
+from navigator.pipeline.timeouts import IN_PROCESS_GRACE_S, StageTimeout, async_raise, timeout_here
 from navigator.workspace.status import ProfileStep, VerifyStep
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ def _measure_here(ctx: RunContext, job: Job, outcome) -> None:
     ended, with no worker running (``RunContext.measure_gate``). From a second thread, or beside
     one whose OpenMP team is still alive, GNU OpenMP stops busy-waiting and torch measured at
     about half its speed (:class:`navigator.pipeline.context.CallerCalls`). --timeout bounds each
-    profile as in a worker, as far as a thread can be stopped (:func:`_timeout_here`). A job whose
+    profile as in a worker, as far as a thread can be stopped (:func:`navigator.pipeline.timeouts.timeout_here`). A job whose
     thread was stopped (a later verify ran past --timeout) still has its earlier runners measured;
     one whose thread was abandoned leaves them to finish_crashed (it may still use them)."""
     from navigator.execution import worker
@@ -131,7 +131,7 @@ def _measure_here(ctx: RunContext, job: Job, outcome) -> None:
         try:
             with ctx.measure_gate():
                 try:
-                    with _timeout_here(ctx.config.timeout, tail):
+                    with timeout_here(ctx.config.timeout, tail):
                         worker.measure_deferred(ctx.ws, events, deferred, keep=lambda e: keep_for_race(ctx, e))
                 except StageTimeout:
                     _timed_out_here(ctx, events, deferred)
@@ -140,33 +140,6 @@ def _measure_here(ctx: RunContext, job: Job, outcome) -> None:
 
     with ctx.unlocked():   # the scheduler's thread applies the events under the lock
         ctx.on_caller(measure)
-
-
-@contextlib.contextmanager
-def _timeout_here(limit: float | None, tail):
-    """--timeout for stages run on this thread, their events read through ``tail``: a watch thread
-    raises :class:`StageTimeout` here (at the next bytecode) once a stage has been open longer than
-    ``limit``; on leaving, it is stopped and a StageTimeout raised as the stage ended is cleared."""
-    import threading
-
-    from navigator.execution.isolation import POLL_S
-
-    ident, stop = threading.get_ident(), threading.Event()
-
-    def watch() -> None:
-        while limit and not stop.wait(POLL_S):
-            if tail.open_stage is not None and time.monotonic() - tail.stage_start > limit:
-                _async_raise_id(ident, StageTimeout)
-                return
-
-    watcher = threading.Thread(target=watch, name="navigator-measure-watch", daemon=True)
-    watcher.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        watcher.join()
-        _async_raise_id(ident, None)
 
 
 def _timed_out_here(ctx: RunContext, events, deferred: list) -> None:
@@ -182,29 +155,6 @@ def _timed_out_here(ctx: RunContext, events, deferred: list) -> None:
             events.emit(Event(task=i, key=task.key, stage="profile", runner=spec.key, event="start"))
         events.emit(Event(task=i, key=task.key, stage="profile", runner=spec.key, event="end",
                           result={"status": "failed", "reason": reason}))
-
-
-class StageTimeout(BaseException):
-    """Raised inside the thread of an in-process job whose stage ran past --timeout.
-    A BaseException, so the stage's own ``except Exception`` does not turn it into an
-    ordinary failure and the job stops where it is, as a killed worker would."""
-
-
-IN_PROCESS_GRACE_S = 5.0   # how long a timed-out in-process stage gets to unwind before it is abandoned
-
-
-def _async_raise(thread, exc_type) -> None:
-    """Raise ``exc_type`` in ``thread`` at its next Python bytecode (CPython)."""
-    if thread.ident is not None:
-        _async_raise_id(thread.ident, exc_type)
-
-
-def _async_raise_id(ident: int, exc_type) -> None:
-    """Raise ``exc_type`` in the thread ``ident`` at its next bytecode; None clears a pending one."""
-    import ctypes
-
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident),
-                                               ctypes.py_object(exc_type) if exc_type is not None else None)
 
 
 def _run_in_thread(ctx: RunContext, name: str, job: Job):
@@ -251,7 +201,7 @@ def _run_in_thread(ctx: RunContext, name: str, job: Job):
                 timed_out = (now, open_stage)
                 log.warning("in-process stage %s of %s ran past --timeout %g s: stopping its thread",
                             open_stage.stage, open_stage.key, limit)
-                _async_raise(thread, StageTimeout)
+                async_raise(thread, StageTimeout)
             elif timed_out is not None and now - timed_out[0] > IN_PROCESS_GRACE_S:
                 abandoned = True
                 break
@@ -260,7 +210,7 @@ def _run_in_thread(ctx: RunContext, name: str, job: Job):
             with ctx.unlocked():   # parallel formats apply their events meanwhile
                 thread.join(POLL_S)
     except BaseException:   # Ctrl-C or an error here: stop the job's thread too, as far as it can be
-        _async_raise(thread, KeyboardInterrupt)
+        async_raise(thread, KeyboardInterrupt)
         raise
     outcome.open_stage = open_stage
     outcome.wall_s = time.monotonic() - start

@@ -7,7 +7,7 @@ from __future__ import annotations
 from navigator.execution.jobs import ConvertResult, Event, Task
 from navigator.pipeline import progress
 from navigator.pipeline.context import RunContext
-from navigator.pipeline.resume import artifact_sha256
+from navigator.pipeline.digests import artifact_sha256
 from navigator.workspace import npz
 from navigator.workspace.status import ConvertStep, ProfileStep, RunnerStatus, VerifyStep
 

@@ -16,16 +16,17 @@ from navigator.pipeline.context import RunContext
 from navigator.pipeline.diskfull import WorkspaceFull, says_disk_full
 from navigator.pipeline.dispatch import run_job, run_job_in_process
 from navigator.pipeline.events import explain_skips, skip_runners
-from navigator.pipeline.race import defer_profile, release_peers, run_race, screen_here
+from navigator.pipeline.race import defer_profile, queue_for_race, release_peers, run_race, screen_here
 from navigator.pipeline.schedule import run_parallel
 from navigator.pipeline.reproduce import write_reproduce
-from navigator.pipeline.tasks import format_task, reference_task, runner_specs, sys_path_for
+from navigator.pipeline.digests import artifact_sha256
+from navigator.pipeline.tasks import (DEFERRED, converted_task, format_task, reference_task, runner_specs,  # noqa: F401
+                                     sys_path_for)
 from navigator.workspace import npz
 from navigator.workspace.status import ConvertStep, FormatStatus, ProfileStep, RunnerStatus, VerifyStep
 
 log = logging.getLogger(__name__)
 
-DEFERRED = "deferred: measured by a later run (convert-many measures alone on the node after the build)"
 
 
 def run_formats(ctx: RunContext, planned) -> None:
@@ -163,7 +164,10 @@ def run_item(ctx: RunContext, item, *, convert: bool = True, verify: bool = True
                       and ctx.resume_from.samples.reference_sha256 == npz.files_sha256(ctx.ws.reference_files()))
     if reference_kept:
         st.samples.reference_sha256 = ctx.resume_from.samples.reference_sha256
-    task = _deferred(ctx, fs, resume.reuse(ctx, item, task))
+    task, raced = resume.reuse(ctx, item, task)
+    if raced:
+        queue_for_race(ctx, item, raced)
+    task = _deferred(ctx, fs, task)
     if task is None:   # every step of this format is unchanged since the last run
         old = ctx.resume_from.formats.get(item.key) if ctx.resume_from else None
         fs.peak_rss_mb = old.peak_rss_mb if old else None
@@ -282,14 +286,6 @@ def _deferred(ctx: RunContext, fs: FormatStatus, task: Task | None) -> Task | No
     return task
 
 
-def converted_task(ctx: RunContext, item, task: Task) -> Task:
-    """The verify/profile task of a format converted earlier: no convert step, the
-    artifact's names as converted, samples' shapes only when exported static."""
-    task = task.without_convert()
-    task.io_names = dict(ctx.status.formats[item.key].io_names)
-    return task.static() if item.key in ctx.static_keys else task
-
-
 def run_tasks(ctx: RunContext, item, tasks: list[Task]) -> None:
     fs = ctx.status.formats[item.key]
     if item.converter is None and ctx.is_live:   # no worker has the object: screened in this process
@@ -341,7 +337,7 @@ def export_source(ctx: RunContext, item, fs: FormatStatus) -> None:
         info = ctx.source.export(ctx.ws, ctx.ws.abs(fs.path)) or {}
         fs.convert = ConvertStep(status="ok", duration_s=round(time.perf_counter() - start, 4),
                                  exporter=info.get("exporter"), inputs_sha256=ctx.status.model.sha256)
-        fs.convert.artifact_sha256 = resume.artifact_sha256(ctx.ws, fs)
+        fs.convert.artifact_sha256 = artifact_sha256(ctx.ws, fs)
     except UserInputError:
         raise
     except Exception as e:

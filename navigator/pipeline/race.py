@@ -122,13 +122,13 @@ def _peer_window(ctx: RunContext, event) -> None:
     from navigator.execution.profiling import ProfileSettings, batch_of
     from navigator.execution.race_job import PEER_WAIT_S, race_window
     from navigator.execution.stages import stored_sample
-    from navigator.pipeline.dispatch import StageTimeout, _timeout_here
+    from navigator.pipeline.timeouts import StageTimeout, timeout_here
     from navigator.workspace.atomic import write_text
 
     # --timeout (at most the worker's wait) bounds the window as a stage, as far as a thread allows
     limit = min(ctx.config.timeout or PEER_WAIT_S, PEER_WAIT_S)
     try:
-        with _timeout_here(limit, types.SimpleNamespace(open_stage=event, stage_start=time.monotonic())):
+        with timeout_here(limit, types.SimpleNamespace(open_stage=event, stage_start=time.monotonic())):
             peer = ctx.race_peers[f"{event.key} on {event.runner}"]
             if peer.infer is None:
                 peer.infer, _ = peer.runner.profiling_infer()
@@ -180,8 +180,7 @@ def peer_channel(ws):
 
 def race_tasks(ctx: RunContext) -> list[Task]:
     """One task per format with verified runners left to profile: the artifact as converted."""
-    from navigator.pipeline.execute import converted_task
-    from navigator.pipeline.tasks import format_task
+    from navigator.pipeline.tasks import converted_task, format_task
 
     tasks = []
     for key, (item, runner_keys) in ctx.race_pending.items():

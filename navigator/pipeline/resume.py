@@ -14,7 +14,8 @@ from navigator.config import NavigatorConfig
 from navigator.errors import UserInputError
 from navigator.execution.jobs import Task
 from navigator.pipeline.context import Prepared, RunContext
-from navigator.pipeline.tasks import params_dict
+from navigator.pipeline.digests import artifact_sha256
+from navigator.pipeline.tasks import DEFERRED, converted_task, params_dict
 from navigator.workspace import status as status_mod
 from navigator.workspace.status import Status
 
@@ -93,43 +94,10 @@ def _outputs_unchanged(ctx: RunContext, key: str, runner_key: str, recorded: str
     return bool(recorded) and bool(files) and npz.files_sha256(files) == recorded and same_reference
 
 
-def artifact_sha256(ws, fs) -> str | None:
-    """One digest of a format's artifact: the file (its companions and ``<name>.data`` external
-    data beside it) or every file of the folder, names and bytes. A resumed run reuses a
-    conversion, and what was verified on it, only while this is unchanged: an artifact replaced
-    by hand is converted and verified again."""
-    import hashlib
-
-    from navigator import formats
-
-    if not fs.path:
-        return None
-    path = ws.abs(fs.path)
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file())
-    elif path.is_file():
-        try:
-            companions = formats.get(fs.format).companions
-        except Exception:   # a format no longer registered: its artifact alone
-            companions = ()
-        extra = [path.parent / c for c in companions] + sorted(path.parent.glob(path.name + ".*"))
-        files = [path] + [p for p in dict.fromkeys(extra) if p.is_file()]
-    else:
-        return None
-    h = hashlib.sha256(b"navigator-artifact-v1\n")
-    for f in files:
-        h.update(f.relative_to(path.parent).as_posix().encode("utf-8", "surrogateescape") + b"\0")
-        with open(f, "rb") as handle:
-            while block := handle.read(1 << 20):
-                h.update(block)
-    return h.hexdigest()
-
-
-def reuse(ctx: RunContext, item, task: Task) -> Task | None:
-    """Take from the earlier record what is unchanged; returns the task left to run
-    (None when nothing is). Hashes of every step are noted for the new record."""
-    from navigator.pipeline.execute import converted_task
-
+def reuse(ctx: RunContext, item, task: Task) -> tuple[Task | None, list[str]]:
+    """Take from the earlier record what is unchanged; returns the task left to run (None when
+    nothing is) and the runners verified before but not measured, for the caller to queue for
+    the race. Hashes of every step are noted for the new record."""
     fs = ctx.status.formats[item.key]
     old = ctx.resume_from.formats.get(item.key) if ctx.resume_from else None
     if old is not None and task.convert is not None and old.convert.status == "ok" \
@@ -160,18 +128,12 @@ def reuse(ctx: RunContext, item, task: Task) -> Task | None:
             if profiled and task.profile is not None:
                 fs.runners[spec.key].profile = before.profile
             elif ctx.defer_profiles:   # convert-many's build: a later run measures it
-                from navigator.pipeline.execute import DEFERRED
-
                 fs.runners[spec.key].profile = status_mod.ProfileStep(status="skipped", reason=DEFERRED)
             elif not profiled:   # verified, not measured (a run stopped before its race, a deferred profile)
                 raced.append(spec.key)
             ctx.reporter.step_end(item.key, "verify", spec.key, {"status": "ok", "reason": "reused"})
             continue
         kept.append(spec)
-    if raced:
-        from navigator.pipeline.race import queue_for_race
-
-        queue_for_race(ctx, item, raced)
     task = Task.from_dict(task.to_dict())
     task.runners = kept
-    return task if task.convert is not None or kept else None
+    return (task if task.convert is not None or kept else None), raced

@@ -126,7 +126,7 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
         defer_profiles: bool = False) -> RunOutcome:
     """The whole pipeline for one model (navigator.pipeline's docstring). ``defer_profiles``:
     profiles that cannot be reused from the last run are not measured but left ``skipped``
-    (:data:`~navigator.pipeline.execute.DEFERRED`) for a later run to measure, unlike
+    (:data:`~navigator.pipeline.tasks.DEFERRED`) for a later run to measure, unlike
     ``--no-profile``, which drops them (convert-many's build phase). The run's workers are forks
     of one server that imports the frameworks once (:mod:`navigator.execution.forkserver`), unless
     ``no_warm_workers``."""

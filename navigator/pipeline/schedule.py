@@ -74,7 +74,7 @@ def job_count(requested: int | None, *, explicit_memory_gb: float | None, size_b
         return 1
     if requested:
         return requested
-    from navigator.execution.isolation import physical_memory_bytes
+    from navigator.machine import physical_memory_bytes
 
     n = cpu_count or cores()
     memory = memory_bytes if memory_bytes is not None else physical_memory_bytes()

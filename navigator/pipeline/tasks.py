@@ -13,6 +13,9 @@ from navigator.execution.jobs import ConvertSpec, ProfileSpec, RunnerTask, Task,
 from navigator.pipeline.context import RunContext
 from navigator.workspace.status import FormatStatus
 
+# a profile left for a later run (convert-many's build: the node measures alone after it)
+DEFERRED = "deferred: measured by a later run (convert-many measures alone on the node after the build)"
+
 
 def verify_rules(ctx: RunContext, key: str, precision: str | None = None) -> dict:
     """One comparison rule per output of format ``key`` (at ``precision`` when a runner computes in
@@ -160,3 +163,11 @@ def sys_path_for(cls) -> list[str]:
     for _ in range(cls.__module__.count(".")):
         root = root.parent
     return [str(root)]
+
+
+def converted_task(ctx: RunContext, item, task: Task) -> Task:
+    """The verify/profile task of a format converted earlier: no convert step, the
+    artifact's names as converted, samples' shapes only when exported static."""
+    task = task.without_convert()
+    task.io_names = dict(ctx.status.formats[item.key].io_names)
+    return task.static() if item.key in ctx.static_keys else task

@@ -72,7 +72,7 @@ def test_memory_limit_flag_through_the_cli(cli, tmp_path, onnx_model):
 
 def test_default_memory_limit_is_a_fraction_of_the_machine():
     from navigator.config import NavigatorConfig
-    from navigator.execution.isolation import GIB, physical_memory_bytes
+    from navigator.machine import GIB, physical_memory_bytes
 
     limit = NavigatorConfig().resolved().worker_memory_gb
     assert limit == pytest.approx(physical_memory_bytes() * 0.75 / GIB, abs=0.1)

@@ -86,7 +86,7 @@ def test_deferred_profiles_are_measured_by_the_next_run(tmp_path, onnx_model):
     from navigator import pipeline
     from navigator.config import from_mapping
     from navigator.console import Reporter
-    from navigator.pipeline.execute import DEFERRED
+    from navigator.pipeline.tasks import DEFERRED
 
     model = onnx_model("foldable_mlp")
     config = from_mapping({"workdir": str(tmp_path), "targets": ["onnx", "onnx-optimized"], **FAST})

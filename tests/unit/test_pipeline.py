@@ -186,7 +186,7 @@ def test_unchanged_steps_are_reused_and_nothing_is_left_to_run(tmp_path):
     verify_hash, profile_hash = _hashes(_task())
     ctx = _ctx(tmp_path, None)
     ctx.resume_from = _old(verify_hash, profile_hash, outputs_sha256=_stored_outputs(ctx))
-    assert reuse(ctx, ITEM, _task()) is None
+    assert reuse(ctx, ITEM, _task()) == (None, [])
     rs = ctx.status.formats["onnx-optimized"].runners["onnxruntime-cpu"]
     assert rs.verify.status == "ok" and rs.profile.results[0].throughput == 10.0
     assert ctx.step_hashes[("onnx-optimized", "onnxruntime-cpu", "verify")] == verify_hash
@@ -201,7 +201,8 @@ def test_a_changed_input_runs_the_step_again(tmp_path, change):
         task.verify.rules["y"]["atol"] = 1e-3
     elif change == "profile":
         task.profile.settings["budget_s"] = 5.0
-    left = reuse(_ctx(tmp_path, old), ITEM, task)
+    left, raced = reuse(_ctx(tmp_path, old), ITEM, task)
+    assert raced == []
     assert left is not None and [r.key for r in left.runners] == ["onnxruntime-cpu"]
 
 
@@ -216,5 +217,5 @@ def test_an_edited_output_file_is_verified_again(tmp_path):
     ctx = _ctx(tmp_path, None)
     ctx.resume_from = _old(verify_hash, profile_hash, outputs_sha256=_stored_outputs(ctx))
     npz.save(ctx.ws.output_file("onnx-optimized", "onnxruntime-cpu", "000"), {"y": np.zeros((2, 4), np.float32)})
-    left = reuse(ctx, ITEM, _task())
+    left, _ = reuse(ctx, ITEM, _task())
     assert left is not None and [r.key for r in left.runners] == ["onnxruntime-cpu"]
