@@ -17,6 +17,18 @@ needs_transformers = pytest.mark.skipif(importlib.util.find_spec("transformers")
                                         reason="needs transformers (pip install 'navigator[hf]')")
 
 
+def _torch_usable() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# transformers' model classes, which the task is read from, import torch
+needs_torch = pytest.mark.skipif(not _torch_usable(), reason="needs torch (transformers' model classes import it)")
+
+
 def _folder(tmp_path, config=None, files=("model.safetensors",)):
     (tmp_path / "config.json").write_text(json.dumps(config or {"model_type": "bert",
                                                                 "architectures": ["BertModel"]}))
@@ -76,6 +88,7 @@ def test_digest_follows_the_model_files_only(tmp_path):
 
 # --------------------------------------------------------------------------- the task
 @needs_transformers
+@needs_torch
 @pytest.mark.parametrize("arch, task", [
     ("BertForSequenceClassification", "text-classification"), ("RobertaForTokenClassification", "token-classification"),
     ("BertForQuestionAnswering", "question-answering"), ("DistilBertForMaskedLM", "fill-mask"),
@@ -92,6 +105,7 @@ def test_task_from_architectures(arch, task):
 
 
 @needs_transformers
+@needs_torch
 def test_unsupported_task_is_one_error_listing_the_supported_ones():
     from navigator.sources import hf_support
 

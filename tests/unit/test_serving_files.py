@@ -141,6 +141,18 @@ def _png(path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, len(data)
 
 
+def _has_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+needs_matplotlib = pytest.mark.skipif(not _has_matplotlib(), reason="needs matplotlib (pip install 'navigator[serve]')")
+
+
+@needs_matplotlib
 def test_plots_are_real_pngs(tmp_path):
     plots.throughput_v_latency(tmp_path / "t.png", _configs(), chosen="i2_b4_d0", max_p99_ms=2.8, title="t")
     plots.latency_v_concurrency(tmp_path / "l.png", _configs()[1], title="l")
@@ -149,6 +161,7 @@ def test_plots_are_real_pngs(tmp_path):
         _png(tmp_path / name)
 
 
+@needs_matplotlib
 def test_report_markdown_and_self_contained_html(tmp_path):
     from navigator.serving import report
 
