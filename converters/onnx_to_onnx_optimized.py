@@ -41,7 +41,8 @@ class OnnxToOnnxOptimized(Converter):
         source = onnx.load(str(ctx.source), load_external_data=True)
         # the first way whose graph checks and loads wins: constant folding inside If/Loop bodies
         # (graphsurgeon's default) and onnxslim have each produced invalid graphs
-        ways = {(p.fold_constants, True, p.slim): "graphsurgeon", (p.fold_constants, False, p.slim): "top-level folding",
+        ways = {(p.fold_constants, True, p.slim): "graphsurgeon",
+                (p.fold_constants, False, p.slim): "top-level folding",
                 (False, False, p.slim): "no folding", (False, False, False): "cleanup only"}
         failures = []
         for (fold, recurse, slim), label in ways.items():

@@ -47,7 +47,8 @@ class TorchToTorchScript(Converter):
 
         call = ("torch.jit.script(live.module.inner)" if params.method == "script" else
                 f"torch.jit.trace(live.module, live.example, check_trace={params.check_trace})")
-        return (REPRODUCE_HEAD.format(output=output) + "torch.backends.cudnn.allow_tf32 = False  # traced as a constant\n"
+        return (REPRODUCE_HEAD.format(output=output)
+                + "torch.backends.cudnn.allow_tf32 = False  # traced as a constant\n"
                 + f"with torch.no_grad():\n    {call}.save({output!r})\n")
 
     def convert(self, ctx: ConvertContext) -> ConvertOutcome:

@@ -269,7 +269,8 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
             if key == "target_precisions":
                 bad = [p for p in items if p not in PRECISIONS]
                 if bad:
-                    raise UserInputError(f"target_precisions: unknown precision {bad[0]!r}; valid: {', '.join(PRECISIONS)}")
+                    raise UserInputError(f"target_precisions: unknown precision {bad[0]!r}; "
+                                         f"valid: {', '.join(PRECISIONS)}")
             changes[key] = items
         elif key == "device":
             if value not in DEVICES:

@@ -288,7 +288,8 @@ def rope_positions(dim: int = 8) -> onnx.ModelProto:
     output fp16 while it still casts to fp32 (microsoft/onnxconverter-common#320, Llama's RoPE), so
     the fp16 graph fails shape inference until the node is kept in fp32."""
     freq = np.linspace(0.1, 1.0, dim, dtype=np.float32).reshape(1, dim)
-    inits = [numpy_helper.from_array(np.array(1, np.int64), "one"), numpy_helper.from_array(np.array(0, np.int64), "zero"),
+    inits = [numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array(0, np.int64), "zero"),
              numpy_helper.from_array(np.array([1], np.int64), "ax"), numpy_helper.from_array(freq, "freq")]
     nodes = [helper.make_node("Shape", ["x"], ["shp"], name="shape"),
              helper.make_node("Gather", ["shp", "one"], ["seqlen"], name="seqlen", axis=0),
@@ -314,7 +315,8 @@ def erfc_gelu(features: int = 8, seed: int = 5) -> onnx.ModelProto:
              helper.make_node("Erfc", ["hk"], ["e"], name="gelu/Erfc"),
              helper.make_node("Mul", ["h", "e"], ["he"], name="mul"),
              helper.make_node("Mul", ["he", "half"], ["y"], name="half")]
-    graph = helper.make_graph(nodes, "erfc", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", features])],
+    graph = helper.make_graph(nodes, "erfc",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", features])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", features])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="navigator-tests")
     model.ir_version = 9
@@ -349,10 +351,14 @@ def dynamic_detector(classes: int = 3, seed: int = 7) -> onnx.ModelProto:
     f = TensorProto.FLOAT
     inits = [numpy_helper.from_array(rng.normal(0, 0.5, (8, 3, 3, 3)).astype(np.float32), "w1"),
              numpy_helper.from_array(rng.normal(0, 0.5, (4 + classes, 8, 1, 1)).astype(np.float32), "w2"),
-             numpy_helper.from_array(np.array([2], np.int64), "i2"), numpy_helper.from_array(np.array([3], np.int64), "i3"),
-             numpy_helper.from_array(np.array(0.0, np.float32), "zero"), numpy_helper.from_array(np.array(1.0, np.float32), "one"),
-             numpy_helper.from_array(np.array(0.5, np.float32), "half"), numpy_helper.from_array(np.array(2.0, np.float32), "stride"),
-             numpy_helper.from_array(np.array([0], np.int64), "ax0"), numpy_helper.from_array(np.array([1], np.int64), "ax1"),
+             numpy_helper.from_array(np.array([2], np.int64), "i2"),
+             numpy_helper.from_array(np.array([3], np.int64), "i3"),
+             numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+             numpy_helper.from_array(np.array(2.0, np.float32), "stride"),
+             numpy_helper.from_array(np.array([0], np.int64), "ax0"),
+             numpy_helper.from_array(np.array([1], np.int64), "ax1"),
              numpy_helper.from_array(np.array([0, 4 + classes, -1], np.int64), "flat"),
              numpy_helper.from_array(np.array([4 + classes], np.int64), "all"),
              numpy_helper.from_array(np.array([1, 2, -1], np.int64), "grid_shape")]

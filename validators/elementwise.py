@@ -4,12 +4,14 @@ controls that must fail them (:mod:`.controls`); it imports neither."""
 
 from __future__ import annotations
 
+from typing import Any
+
 # Polygraphy adds this (float64 machine epsilon) to exact zeros of the reference
 # before dividing, so reldiff there is absdiff / 2.220446049250313e-16.
 ZERO_REPLACEMENT = 2.220446049250313e-16
 
 
-def _cast_up(arr):
+def _cast_up(arr: Any) -> Any:
     """Polygraphy's ``cast_up``: float16 to float32, small integers to int32/int64."""
     import numpy as np
 
@@ -22,7 +24,7 @@ def _cast_up(arr):
     return arr
 
 
-def mask_nan(out, ref, *, allow_nan: bool):
+def mask_nan(out: Any, ref: Any, *, allow_nan: bool) -> tuple[Any, Any, str | None]:
     """(out, ref, problem). NaN always fails, even NaN == NaN (Polygraphy's rule), unless
     ``allow_nan`` and the reference has NaN in exactly the same places: then both are masked
     (zeroed) before the comparison. ``problem`` says where NaN is when it fails, else None."""
@@ -41,7 +43,7 @@ def mask_nan(out, ref, *, allow_nan: bool):
     return out, ref, f"NaN in the {where}"
 
 
-def diffs(out, ref):
+def diffs(out: Any, ref: Any) -> tuple[Any, Any]:
     """absdiff and reldiff exactly as Polygraphy computes them: floats in their own
     (cast-up) precision, matching infinities equal, zeros of the reference replaced."""
     import numpy as np
@@ -61,6 +63,6 @@ def diffs(out, ref):
     return absdiff, reldiff
 
 
-def elementwise_fail(absdiff, reldiff, atol: float, rtol: float):
+def elementwise_fail(absdiff: Any, reldiff: Any, atol: float, rtol: float) -> Any:
     """Polygraphy's elemwise mismatch: fails both tolerances (NaN fails)."""
     return ~(absdiff <= atol) & ~(reldiff <= rtol)

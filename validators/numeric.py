@@ -133,7 +133,8 @@ class Accumulator:
                 self.fail(f"cosine similarity {cos:.6g} < {bound:g}{where}")
             change = controls.norm_change(out, ref, self.batch_dim if self.kind is not None else None)
             if change > controls.norm_budget(rule.threshold):
-                self.fail(f"a row's length changed by {change:.3g} (relative) > {controls.norm_budget(rule.threshold):.3g}, "
+                self.fail(f"a row's length changed by {change:.3g} (relative) > "
+                          f"{controls.norm_budget(rule.threshold):.3g}, "
                           f"which the cosine rule allows{where}")
             self._stats(out, ref)
             return

@@ -100,7 +100,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="measurement window (default: adaptive, each point's fair share of the budget, 250 to "
                         "2000 ms; Perf Analyzer's own default is 5000)")
     m.add_argument("--budget-s", type=float, default=300.0, metavar="S",
-                   help="time budget of the measuring (default 300); emitting the scratch repository, starting the server and loading each configuration are not counted")
+                   help="time budget of the measuring (default 300); emitting the scratch repository, starting the "
+                        "server and loading each configuration are not counted")
     m.add_argument("--perf-analyzer", choices=["auto", "on", "off"], default="auto",
                    help="the real perf_analyzer when present (auto), required (on), or navigator's load generator "
                         "(off)")

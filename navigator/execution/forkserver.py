@@ -131,7 +131,8 @@ def wait_for(job) -> str | None:
     the transformer block). None: fork at once."""
     needs = set()
     for task in getattr(job, "tasks", None) or []:
-        runners = {r.runner for r in task.runners} | ({task.reference_runner.runner} if task.reference_runner else set())
+        runners = {r.runner for r in task.runners} | ({task.reference_runner.runner} if task.reference_runner
+                                                       else set())
         if task.convert is not None and ("torch_export_to_onnx" in task.convert.converter
                                          or "torch_to_onnx" in task.convert.converter):
             needs.add(_EXPORTS_ONNX)

@@ -3,8 +3,14 @@ the events that report a conversion, compared by :mod:`.resume`)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def artifact_sha256(ws, fs) -> str | None:
+if TYPE_CHECKING:  # pragma: no cover
+    from navigator.workspace.layout import Workspace
+    from navigator.workspace.status import FormatStatus
+
+
+def artifact_sha256(ws: Workspace, fs: FormatStatus) -> str | None:
     """One digest of a format's artifact: the file (its companions and ``<name>.data`` external
     data beside it) or every file of the folder, names and bytes. A resumed run reuses a
     conversion, and what was verified on it, only while this is unchanged: an artifact replaced

@@ -106,9 +106,10 @@ def _measure_here(ctx: RunContext, job: Job, outcome) -> None:
     ended, with no worker running (``RunContext.measure_gate``). From a second thread, or beside
     one whose OpenMP team is still alive, GNU OpenMP stops busy-waiting and torch measured at
     about half its speed (:class:`navigator.pipeline.context.CallerCalls`). --timeout bounds each
-    profile as in a worker, as far as a thread can be stopped (:func:`navigator.pipeline.timeouts.timeout_here`). A job whose
-    thread was stopped (a later verify ran past --timeout) still has its earlier runners measured;
-    one whose thread was abandoned leaves them to finish_crashed (it may still use them)."""
+    profile as in a worker, as far as a thread can be stopped
+    (:func:`navigator.pipeline.timeouts.timeout_here`). A job whose thread was stopped (a later verify
+    ran past --timeout) still has its earlier runners measured; one whose thread was abandoned leaves
+    them to finish_crashed (it may still use them)."""
     from navigator.execution import worker
     from navigator.execution.isolation import EventTail
 

@@ -149,8 +149,8 @@ def _stage_samples(samples: Any, config: NavigatorConfig, folder: Path) -> None:
 
 
 def prepare_in_worker(model: str, samples: Any, config: NavigatorConfig, reporter, *, forkserver=None) -> Prepared:
-    """Prepare a ``file.py:factory`` source (a PyTorch model file, a Hugging Face folder) in a worker under the run's --timeout and
-    --worker-memory-gb: a factory or forward that hangs, balloons, crashes or exits ends in one
+    """Prepare a ``file.py:factory`` source (a PyTorch model file, a Hugging Face folder) in a worker under the run's
+    --timeout and --worker-memory-gb: a factory or forward that hangs, balloons, crashes or exits ends in one
     error line, never in the calling process. The worker's files live in a scratch folder of the
     workdir while it runs."""
     import json

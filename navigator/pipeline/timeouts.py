@@ -5,16 +5,18 @@ in-process jobs (:mod:`.dispatch`) and by the race's measurements (:mod:`.race`)
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
+from collections.abc import Iterator
+from typing import Any
 
 
 @contextlib.contextmanager
-def timeout_here(limit: float | None, tail):
+def timeout_here(limit: float | None, tail: Any) -> Iterator[None]:
     """--timeout for stages run on this thread, their events read through ``tail``: a watch thread
     raises :class:`StageTimeout` here (at the next bytecode) once a stage has been open longer than
-    ``limit``; on leaving, it is stopped and a StageTimeout raised as the stage ended is cleared."""
-    import threading
-
+    ``limit``; on leaving, it is stopped and a StageTimeout raised as the stage ended is cleared.
+    ``tail``: an isolation.EventTail (its ``open_stage`` and ``stage_start``)."""
     from navigator.execution.isolation import POLL_S
 
     ident, stop = threading.get_ident(), threading.Event()
@@ -44,13 +46,13 @@ class StageTimeout(BaseException):
 IN_PROCESS_GRACE_S = 5.0   # how long a timed-out in-process stage gets to unwind before it is abandoned
 
 
-def async_raise(thread, exc_type) -> None:
+def async_raise(thread: threading.Thread, exc_type: type[BaseException] | None) -> None:
     """Raise ``exc_type`` in ``thread`` at its next Python bytecode (CPython)."""
     if thread.ident is not None:
         async_raise_id(thread.ident, exc_type)
 
 
-def async_raise_id(ident: int, exc_type) -> None:
+def async_raise_id(ident: int, exc_type: type[BaseException] | None) -> None:
     """Raise ``exc_type`` in the thread ``ident`` at its next bytecode; None clears a pending one."""
     import ctypes
 

@@ -13,7 +13,9 @@ Pure Python: no numpy, no tritonclient.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
+from typing import Any
 
 STABILITY = 1.10        # max/min over the last windows, for throughput and average latency
 LAST = 3                # windows compared
@@ -97,8 +99,8 @@ class Measurement:
     window_ms: int | None = None    # each window's length (adaptive windows shorten it for a short budget)
     request_rate: float | None = None   # open loop: the offered requests/s (concurrency is then 0)
 
-    def to_dict(self) -> dict:
-        out = {"concurrency": self.concurrency, "batch_size": self.batch_size,
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"concurrency": self.concurrency, "batch_size": self.batch_size,
                "throughput": round(self.throughput, 3), "latency_ms": dict(self.latency_ms),
                "windows": self.windows, "stable": self.stable, "requests": self.requests, "errors": self.errors}
         if self.window_ms is not None:
@@ -113,7 +115,7 @@ class Measurement:
         return f"{self.request_rate:g}/s" if self.request_rate is not None else str(self.concurrency)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Measurement":
+    def from_dict(cls, d: dict[str, Any]) -> Measurement:
         return cls(concurrency=int(d["concurrency"]), batch_size=int(d.get("batch_size", 1)),
                    throughput=float(d["throughput"]), latency_ms=dict(d.get("latency_ms") or {}),
                    windows=int(d.get("windows", 0)), stable=bool(d.get("stable", False)),
@@ -164,7 +166,7 @@ class Load:
     through system shared memory."""
 
     mode: str = "concurrency"
-    levels: tuple = (1,)                    # concurrency levels, or requests/s
+    levels: tuple[float, ...] = (1,)        # concurrency levels, or requests/s
     intervals_us: tuple[int, ...] = ()      # request_intervals: the gaps between sends, cycled
     intervals_file: str | None = None
     shared_memory: str = "none"
@@ -185,8 +187,8 @@ class Load:
             text = "concurrency " + ", ".join(map(str, self.levels))
         return text + ("; inputs in system shared memory" if self.shared_memory == "system" else "")
 
-    def to_dict(self) -> dict:
-        out = {"mode": self.mode, "shared_memory": self.shared_memory}
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"mode": self.mode, "shared_memory": self.shared_memory}
         if self.mode == "request_intervals":
             out["intervals_file"] = self.intervals_file
             out["intervals"] = len(self.intervals_us)
@@ -229,7 +231,7 @@ def rate_range(text: str) -> list[float]:
     return values
 
 
-def read_intervals(path) -> tuple[int, ...]:
+def read_intervals(path: str | os.PathLike[str]) -> tuple[int, ...]:
     """``--request-intervals FILE``: Perf Analyzer's format, one gap in microseconds per line
     (blank lines skipped); 1 to 100,000 positive integers, read as text only."""
     from navigator.errors import UserInputError

@@ -21,8 +21,12 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
 from navigator.errors import UserInputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 log = logging.getLogger(__name__)
 
@@ -72,27 +76,29 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split())[:300] or type(e).__name__
 
 
-def to_json(cfg) -> str:
+def to_json(cfg: ModelConfig) -> str:
     """A ModelConfig as the JSON the model-control API's ``config`` parameter takes."""
     from google.protobuf import json_format
 
-    return json_format.MessageToJson(cfg, preserving_proto_field_name=True, indent=None)
+    return str(json_format.MessageToJson(cfg, preserving_proto_field_name=True, indent=None))
 
 
-def from_json(data: dict):
+def from_json(data: dict[str, Any]) -> ModelConfig:
     """The server's model config (its JSON) as a ModelConfig; fields a newer server adds are skipped."""
     from google.protobuf import json_format
     from tritonclient.grpc import model_config_pb2 as mc
 
-    return json_format.ParseDict(data, mc.ModelConfig(), ignore_unknown_fields=True)
+    cfg: ModelConfig = json_format.ParseDict(data, mc.ModelConfig(), ignore_unknown_fields=True)
+    return cfg
 
 
-def differences(workspace_cfg, served_cfg) -> list[str]:
+def differences(workspace_cfg: ModelConfig, served_cfg: ModelConfig) -> list[str]:
     """What makes ``served_cfg`` another model than the workspace's: backend or platform,
     batching on/off, the tensors (a different max batch size is a setting, not a model)."""
     from navigator.triton import config as cfg_mod
 
-    out = [d for d in cfg_mod.io_differences(workspace_cfg, served_cfg) if not d.startswith("max_batch_size")]
+    out: list[str] = [d for d in cfg_mod.io_differences(workspace_cfg, served_cfg)
+                      if not d.startswith("max_batch_size")]
     if bool(workspace_cfg.max_batch_size) != bool(served_cfg.max_batch_size):
         out.insert(0, f"max_batch_size {workspace_cfg.max_batch_size} -> {served_cfg.max_batch_size} "
                       "(batching on one side only)")
@@ -111,11 +117,12 @@ class RemoteServer:
         self.scratch = Path(scratch)
         self.may_load = bool(may_load)
         self.changed: list[str] = []       # models whose config this run loaded
-        self.original: dict[str, dict | None] = {}   # model -> its config as served at the start (None: not loaded)
+        # model -> its config as served at the start (None: not loaded)
+        self.original: dict[str, dict[str, Any] | None] = {}
         self.restored: bool | None = None  # None: nothing to restore
         self.restore_error: str | None = None
         self.version: str | None = None       # the server's, from its metadata
-        self._client = None
+        self._client: Any = None          # tritonclient's grpc or http InferenceServerClient
 
     # ------------------------------------------------------------------ addresses
     @property
@@ -138,7 +145,7 @@ class RemoteServer:
         self._connect()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.restore()
         if self._client is not None:
             with contextlib.suppress(Exception):
@@ -167,7 +174,8 @@ class RemoteServer:
                     else self._call(self._client.get_server_metadata))
             self.version = str(meta.get("version")) if meta.get("version") else None
 
-    def _call(self, fn, *args, timeout: float = CALL_TIMEOUT_S, **kwargs):
+    def _call(self, fn: Callable[..., Any], *args: Any, timeout: float = CALL_TIMEOUT_S,
+              **kwargs: Any) -> Any:
         if self.protocol == "grpc":
             kwargs["client_timeout"] = timeout
         try:
@@ -176,7 +184,7 @@ class RemoteServer:
             raise UserInputError(_one_line(e)) from None
 
     # ------------------------------------------------------------------ the model there
-    def served_config(self, model: str):
+    def served_config(self, model: str) -> ModelConfig | None:
         """The config of ``model`` as the server has it loaded; None when it is not ready."""
         try:
             ready = self._call(self._client.is_model_ready, model)

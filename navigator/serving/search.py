@@ -55,9 +55,9 @@ class Candidate:
             name += "_cache" if self.cache else "_nocache"
         return name
 
-    def to_dict(self) -> dict:
-        out = {"instances": self.instances, "max_batch_size": self.max_batch_size,
-               "dynamic_batching": self.delay_us is not None, "max_queue_delay_us": self.delay_us}
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"instances": self.instances, "max_batch_size": self.max_batch_size,
+                               "dynamic_batching": self.delay_us is not None, "max_queue_delay_us": self.delay_us}
         if self.preferred is not None:
             out["preferred_batch_sizes"] = list(self.preferred)
         if self.cache is not None:
@@ -90,7 +90,7 @@ class Space:
         return (len(self.instances), len(self.max_batch_sizes), len(self.delays_us), len(self.preferred),
                 len(self.caches))
 
-    def sweeps(self) -> list[tuple]:
+    def sweeps(self) -> list[tuple[int, int | None, tuple[int, ...] | None, bool | None]]:
         """(instances, delay, preferred, cache) of each max-batch-size sweep, in search order."""
         return [(i, d, p, c) for i in self.instances for d in self.delays_us for p in self.preferred
                 for c in self.caches]
@@ -211,7 +211,7 @@ def brute(space: Space, evaluate: Evaluate, has_time: HasTime, *, rule: StopRule
     sizes = list(space.max_batch_sizes)
     sweeps = space.sweeps()
     step = {s: 0 for s in sweeps}
-    gains: dict[tuple, list[float]] = {s: [] for s in sweeps}
+    gains: dict[tuple[Any, ...], list[float]] = {s: [] for s in sweeps}
     active = list(sweeps)
     while active:
         for sweep in list(active):
@@ -245,9 +245,9 @@ def hill_climb(space: Space, evaluate: Evaluate, has_time: HasTime, objective: O
     out = SearchOutcome()
     seen: dict[tuple[int, ...], ConfigResult] = {}
     shape = space.shape()
-    start = tuple(start) + (0,) * (len(shape) - len(start)) if start is not None else (0,) * len(shape)
+    first = tuple(start) + (0,) * (len(shape) - len(start)) if start is not None else (0,) * len(shape)
 
-    def visit(index) -> ConfigResult | None:
+    def visit(index: tuple[int, ...]) -> ConfigResult | None:
         if index in seen:
             return seen[index]
         cand = space.at(index)
@@ -261,19 +261,20 @@ def hill_climb(space: Space, evaluate: Evaluate, has_time: HasTime, objective: O
         seen[index] = res
         return res
 
-    current = tuple(start)
+    current: tuple[int, ...] = first
     cur = visit(current)
     if cur is None:
         return out
     while True:
-        neighbours = []
+        neighbours: list[tuple[int, ...]] = []
         for axis in range(len(shape)):
             for step in (-1, 1):
-                idx = list(current)
-                idx[axis] += step
-                if 0 <= idx[axis] < shape[axis]:
-                    neighbours.append(tuple(idx))
-        best_idx, best_res = None, None
+                moved = list(current)
+                moved[axis] += step
+                if 0 <= moved[axis] < shape[axis]:
+                    neighbours.append(tuple(moved))
+        best_idx: tuple[int, ...] | None = None
+        best_res: ConfigResult | None = None
         for idx in neighbours:
             if idx in seen:
                 continue
@@ -282,13 +283,13 @@ def hill_climb(space: Space, evaluate: Evaluate, has_time: HasTime, objective: O
                 continue
             if best_res is None or res.key(objective) > best_res.key(objective):
                 best_idx, best_res = idx, res
-        if best_res is None or not best_res.key(objective) > cur.key(objective):
+        if best_res is None or best_idx is None or not best_res.key(objective) > cur.key(objective):
             break
         current, cur = best_idx, best_res
     return out
 
 
-def sweep_levels(levels: list, measure: Callable[[Any], Measurement], has_time: HasTime,
+def sweep_levels(levels: list[Any], measure: Callable[[Any], Measurement], has_time: HasTime,
                  objective: Objective, *, rule: StopRule | None = None,
                  word: str = "concurrency") -> tuple[list[Measurement], str | None]:
     """Measure each load level (concurrency, or request rate) in order; stop when throughput

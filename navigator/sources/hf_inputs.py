@@ -170,8 +170,8 @@ def _dynamic(model, fixed, spec: HFInput, nominal: tuple, axes: tuple[int, ...],
     ok = _probe(model, fixed, [spec], 1, at(lo)) is None and _probe(model, fixed, [spec], 1, at(hi)) is None
     dims = list(nominal)
     if ok:
-        for a, l, h in zip(axes, lo, hi):
-            dims[a] = [l, h]
+        for a, low, h in zip(axes, lo, hi):
+            dims[a] = [low, h]
     return dims
 
 

@@ -21,7 +21,8 @@ log = logging.getLogger(__name__)
 @dataclass
 class Prepared:
     """The source opened, its samples taken or generated and its shape profiles derived
-    (:func:`prepare_source`; :func:`navigator.pipeline.prepare.prepare` for every kind of source); nothing written yet."""
+    (:func:`prepare_source`; :func:`navigator.pipeline.prepare.prepare` for every kind of source); nothing written
+    yet."""
 
     ws: Workspace
     source: Any                                   # navigator.sources.Source

@@ -133,7 +133,8 @@ def iterate(batches: Any):
     """An iterator over user batches (a list, generator or DataLoader); a path or a non-iterable is
     one error line."""
     if isinstance(batches, (str, bytes, os.PathLike)):
-        raise UserInputError("samples: a path was given where batches were expected; a folder of .npz files goes in --samples")
+        raise UserInputError("samples: a path was given where batches were expected; "
+                             "a folder of .npz files goes in --samples")
     try:
         return iter(batches)
     except TypeError:

@@ -54,7 +54,8 @@ def _tensor_spec(value_info) -> TensorSpec:
 
     ttype = value_info.type
     if not ttype.HasField("tensor_type"):
-        raise UserInputError(f"'{value_info.name}' is not a tensor (sequence, map and optional values are not supported)")
+        raise UserInputError(f"'{value_info.name}' is not a tensor "
+                             "(sequence, map and optional values are not supported)")
     elem = ttype.tensor_type.elem_type
     try:
         dtype = onnx.helper.tensor_dtype_to_np_dtype(elem).name

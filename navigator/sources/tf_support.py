@@ -116,7 +116,7 @@ def export_object(obj: Any, out_dir: Path, first_sample: Any = None) -> dict:
             order = []
         return {"exporter": f"keras {keras.__version__} model.export", "name_map": name_map, "input_order": order}
     if isinstance(obj, tf.Module):
-        fn = getattr(obj, "__call__", None)
+        fn = getattr(obj, "__call__", None)  # noqa: B004 - an instance attribute counts too
         signatures = None
         concrete = None
         specs = []

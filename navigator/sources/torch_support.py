@@ -409,9 +409,7 @@ def run_float64(module, io: TorchIO, batches: list[dict], reference: list[dict])
     None when the module is too large to copy or does not run in float64 (an op without a double
     kernel): the tolerances then get no floor."""
     import copy
-    import logging
 
-    import numpy as np
     import torch
 
     params = list(module.parameters()) + list(module.buffers())
@@ -574,7 +572,8 @@ def _index_mode(tensors: dict, *, check: dict | None = None):
                     given = check.get(name)
                     used = f" (values generated in [{given[0]:g}, {given[1]:g}))" if given else ""
                     raise UserInputError(
-                        f"input {name!r} indexes a table of {rows} rows, but the sample holds {high if high >= rows else low}"
+                        f"input {name!r} indexes a table of {rows} rows, "
+                        f"but the sample holds {high if high >= rows else low}"
                         f"{used}", hint=f"--value-ranges {name}:0,{rows} (or samples with valid indices)")
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -610,7 +609,8 @@ def find_index_inputs(module, io: TorchIO, shapes: dict, dtypes: dict) -> tuple[
     bounds: dict[str, int] = {}
     now_int: list[str] = []
     for _ in range(len(io.inputs) + 1):
-        tensors = {n: torch.from_numpy(np.zeros(shapes[n], dtype=np.dtype(dtypes.get(n, "float32")))) for n in io.inputs}
+        tensors = {n: torch.from_numpy(np.zeros(shapes[n], dtype=np.dtype(dtypes.get(n, "float32"))))
+                   for n in io.inputs}
         mode = _index_mode(tensors)
         try:
             with torch.no_grad(), mode:

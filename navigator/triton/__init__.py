@@ -9,8 +9,8 @@ Parts: :mod:`~navigator.triton.options` (the options and their one adapter),
 :mod:`~navigator.triton.config` (config.pbtxt as a ModelConfig message),
 :mod:`~navigator.triton.python_backend` (generated model.py, environment recipe),
 :mod:`~navigator.triton.ensemble` (pre/post-processing steps),
-:mod:`~navigator.triton.ensemble_rules` (Triton's ensemble rules) and :mod:`~navigator.triton.repository` (layout, versions, atomic writes;
-its docstring gives the naming rules). Importing this package imports neither
+:mod:`~navigator.triton.ensemble_rules` (Triton's ensemble rules) and :mod:`~navigator.triton.repository` (layout,
+versions, atomic writes; its docstring gives the naming rules). Importing this package imports neither
 tritonclient nor protobuf.
 """
 

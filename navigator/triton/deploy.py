@@ -33,7 +33,8 @@ def release_for(repo: Path, models: list[str]) -> tuple[str, str]:
             try:
                 header = engine.read_header(plan)
             except UserInputError as e:   # the kit never fails the emission: it says what it could not read
-                return DEFAULT_RELEASE, f"{name}'s engine header cannot be read ({e.message}); the release is the default"
+                return DEFAULT_RELEASE, (f"{name}'s engine header cannot be read ({e.message}); "
+                                         "the release is the default")
             if header.builder != "tensorrt":
                 return DEFAULT_RELEASE, (f"{name}'s engine is {header.display}: Triton's TensorRT backend does not "
                                          "load it; the release here is the default")

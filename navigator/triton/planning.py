@@ -50,7 +50,7 @@ def select_formats(st, requested: tuple[str, ...], notes: list[str] | None = Non
     if requested == ("all",):
         keys = [k for k, fs in st.formats.items() if fs.verified and backends.servable(fs.format)]
         refused = {k: formats_mod.serving_refusal(k, st.formats[k]) for k in keys}
-        for k, why in refused.items():
+        for _k, why in refused.items():
             if why and notes is not None:
                 notes.append(f"left out: {why}")
         keys = [k for k in keys if not refused[k]]

@@ -63,7 +63,8 @@ from navigator.errors import UserInputError
 from navigator.execution.processes import parent_death_signal, stop_group
 from navigator.triton.server_env import TRITON_VERSION, ServerEnv, cache_dir, prepare
 
-__all__ = ["TritonServer", "ServerEnv", "TRITON_VERSION", "prepare", "cache_dir", "model_folders", "remove_shm", "STANDINS"]
+__all__ = ["TritonServer", "ServerEnv", "TRITON_VERSION", "prepare", "cache_dir", "model_folders", "remove_shm",
+           "STANDINS"]
 
 STANDINS = ("onnxruntime", "openvino")            # C++ backends with a CPU stand-in here
 _STANDIN_DIR = Path(__file__).resolve().parent / "standins"

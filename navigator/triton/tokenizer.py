@@ -20,7 +20,6 @@ since nothing longer was verified.
 
 from __future__ import annotations
 
-import json
 import logging
 import pprint
 import shutil
@@ -91,7 +90,8 @@ def steps(st, opts, tmp: Path, notes: list[str]) -> TokenizerSteps | None:
     (tmp / STEP_FILE).write_text(text, encoding="utf-8")
     shutil.copyfile(folder / "tokenizer.json", tmp / "tokenizer.json")
     how = "truncates" if settings["truncation"] else "refuses"
-    notes.append(f"tokenizer step: {' and '.join(settings['text_inputs'])} (BYTES) -> {', '.join(settings['model_inputs'])} "
+    notes.append(f"tokenizer step: {' and '.join(settings['text_inputs'])} (BYTES) -> "
+                 f"{', '.join(settings['model_inputs'])} "
                  f"with {folder.name}/tokenizer.json; rows padded to the request's longest "
                  f"({settings['padding']['side']} side), at most {settings['max_length']} tokens (the profile's "
                  f"longest): it {how} longer texts" + (" (tokenizer.json enables truncation)" if settings["truncation"]
@@ -157,7 +157,8 @@ def _settings(st, folder: Path, *, labels: bool) -> dict:
     if isinstance(trunc, dict):
         longest = min(longest, int(trunc.get("max_length") or longest))
         truncation = {"strategy": _STRATEGIES.get(trunc.get("strategy"), "longest_first"),
-                      "direction": str(trunc.get("direction") or "Right").lower(), "stride": int(trunc.get("stride") or 0)}
+                      "direction": str(trunc.get("direction") or "Right").lower(),
+                      "stride": int(trunc.get("stride") or 0)}
     pad = tok_json.get("padding")
     if isinstance(pad, dict):
         strategy = pad.get("strategy")

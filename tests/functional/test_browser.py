@@ -75,12 +75,13 @@ def _status(url: str) -> int:
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium (Debian: apt-get install chromium; .ci/run installs it)")
-@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None, reason="mkdocs is not installed (pip install -e '.[docs]')")
+@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None,
+                    reason="mkdocs is not installed (pip install -e '.[docs]')")
 def test_the_docs_site_and_the_html_report_render_in_a_browser(tmp_path):
     site = tmp_path / "site"
     r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300, env={"NO_MKDOCS_2_WARNING": "1",
-                                                                          "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+                       capture_output=True, text=True, timeout=300,
+                       env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert r.returncode == 0, r.stdout + r.stderr
     # the HTML report of a workspace with a serving profile (its plots are images)
     work = tmp_path / "work"

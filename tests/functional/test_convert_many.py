@@ -217,7 +217,8 @@ def test_a_ray_address_where_something_else_listens_is_refused_at_once(tmp_path,
 
     threading.Thread(target=serve, daemon=True).start()
     manifest = tmp_path / "zoo.yaml"
-    manifest.write_text(yaml.safe_dump({"defaults": {"targets": ["onnx"]}, "models": [str(onnx_model("foldable_mlp"))]}))
+    manifest.write_text(yaml.safe_dump({"defaults": {"targets": ["onnx"]},
+                                        "models": [str(onnx_model("foldable_mlp"))]}))
     t0 = time.monotonic()
     try:
         r = cli("convert-many", manifest, "--workdir", tmp_path / "wd", "--ray-address",

@@ -36,7 +36,8 @@ def test_the_getting_started_page_runs_as_written(tmp_path):
 
     prepare(quiet=True)
     (tmp_path / "examples").mkdir()
-    (tmp_path / "examples" / "tiny_classifier.onnx").write_bytes((ROOT / "examples" / "tiny_classifier.onnx").read_bytes())
+    (tmp_path / "examples" / "tiny_classifier.onnx").write_bytes(
+        (ROOT / "examples" / "tiny_classifier.onnx").read_bytes())
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     blocks = _blocks()
     assert "pip install" in blocks[0] and "navigator serve --prepare" in blocks[0]   # the install step: done here

@@ -30,7 +30,8 @@ def _spec(provider):
 
 
 @pytest.mark.skipif(_cuda_ep(), reason="checks the refusal on a build without CUDA")
-@pytest.mark.parametrize("provider, needle", [(None, "CUDAExecutionProvider"), ("tensorrt", "TensorrtExecutionProvider")])
+@pytest.mark.parametrize("provider, needle", [(None, "CUDAExecutionProvider"),
+                                              ("tensorrt", "TensorrtExecutionProvider")])
 def test_without_the_provider_the_runner_is_skipped_with_the_reason(onnx_model, provider, needle):
     runner = create(_spec(provider), onnx_model())
     with pytest.raises(RunnerUnavailable, match=needle):

@@ -208,8 +208,9 @@ def test_the_sequence_batcher_serves_interleaved_sequences(gru_ws, tmp_path):
         client.close()
         # the generated client sends the verified steps as one sequence: the reference, step by step
         out = tmp_path / "client_out"
-        r = subprocess.run([sys.executable, str(repo / model / "client_sequence.py"), str(gru_ws / "samples" / "inputs"),
-                            "--url", server.grpc_url, "--sequence-id", "99", "--out", str(out)],
+        r = subprocess.run([sys.executable, str(repo / model / "client_sequence.py"),
+                            str(gru_ws / "samples" / "inputs"), "--url", server.grpc_url, "--sequence-id", "99",
+                            "--out", str(out)],
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
     for ref in sorted((gru_ws / "samples" / "reference").glob("*.npz")):

@@ -149,8 +149,8 @@ def test_dict_inputs_and_structured_outputs_through_the_api(tmp_path):
 
     model = DictModel().eval()
     result = navigator.convert(model, _dict_batches(), workdir=tmp_path,
-                               targets=["torchscript", "torch_export", "onnx"], runners=["torch", "torchscript",
-                                                                                          "torch_export", "onnxruntime"],
+                               targets=["torchscript", "torch_export", "onnx"],
+                               runners=["torch", "torchscript", "torch_export", "onnxruntime"],
                                **FAST)
     assert result.ok, result.failures
     st = result.status
@@ -402,7 +402,8 @@ def test_a_live_profile_on_the_calling_thread_keeps_the_timeout(tmp_path):
             self.lin = nn.Linear(4, 2)
 
         def forward(self, x):
-            if x.shape[0] == 64 and not torch.jit.is_tracing() and threading.current_thread() is threading.main_thread():
+            if x.shape[0] == 64 and not torch.jit.is_tracing() \
+                    and threading.current_thread() is threading.main_thread():
                 for _ in range(200):    # Python bytecode: a StageTimeout can land between the sleeps
                     time.sleep(0.05)
             return self.lin(x)

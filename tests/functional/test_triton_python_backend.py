@@ -264,7 +264,8 @@ def test_ensemble_with_pre_and_post_processing(mlp, tmp_path, pb_utils, cli):
      "'y' is both a model output and a preprocess output"),
     ("def preprocess(x):\n    return {'x': x, 'k': x[:, :1]}\n", "def postprocess(y, q):\n    return {'z': y}\n",
      "parameter 'q' is not one of the model outputs or preprocess outputs (y, x, k)"),
-    ("import numpy as np\ndef example_inputs():\n    return [{'x': np.zeros((2, 8), 'f4')}, {'w': np.zeros((2, 8), 'f4')}]"
+    ("import numpy as np\ndef example_inputs():\n"
+     "    return [{'x': np.zeros((2, 8), 'f4')}, {'w': np.zeros((2, 8), 'f4')}]"
      "\ndef preprocess(x):\n    return {'x': x}\n", None, "batches name different tensors"),
 ])
 def test_ensemble_rule_violations_are_refused_before_writing(mlp, tmp_path, pre, post, message):

@@ -116,7 +116,8 @@ def test_fp16_places_its_casts_by_type_where_a_pass_by_op_type_breaks(cli, tmp_p
     ranges = [n for n in graph.node if n.op_type == "Range"]
     assert ranges, "the Range of the shape arithmetic is still there"
     inferred = {v.name: v.type.tensor_type.elem_type
-                for v in onnx.shape_inference.infer_shapes(onnx.load(str(ws / "formats" / "onnx-fp16" / "model.onnx"))).graph.value_info}
+                for v in onnx.shape_inference.infer_shapes(
+                    onnx.load(str(ws / "formats" / "onnx-fp16" / "model.onnx"))).graph.value_info}
     assert all(inferred.get(n.output[0]) in (onnx.TensorProto.FLOAT, onnx.TensorProto.INT64) for n in ranges)
     io = {v.name: v.type.tensor_type.elem_type for v in list(graph.input) + list(graph.output)}
     assert set(io.values()) == {onnx.TensorProto.FLOAT}                      # I/O kept fp32

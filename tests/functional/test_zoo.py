@@ -93,4 +93,5 @@ def test_zoo_ci_subset_meets_expectations(tmp_path):
     # the corpus itself must stay informative: no output of a CI model may be ~constant
     for r in records:
         for name, s in (r.get("outputs") or {}).items():
-            assert not s["degenerate"], f"{r['model']}.{name} is degenerate (max {s['max_abs']}, row std {s['row_std']})"
+            assert not s["degenerate"], (f"{r['model']}.{name} is degenerate "
+                                         f"(max {s['max_abs']}, row std {s['row_std']})")

@@ -152,7 +152,8 @@ def test_value_ranges_and_dtypes():
     assert c.dtypes == {"ids": "int32", "x": "float16"}
     c = from_mapping({"value_ranges": {"ids": [0, 10]}, "dtypes": {"x": "half"}})
     assert c.value_ranges == {"ids": (0.0, 10.0)} and c.dtypes == {"x": "float16"}
-    assert err({"value_ranges": {"ids": [10, 0]}}) == "value_ranges: 'ids' needs [low, high] with low < high, got [10, 0]"
+    assert err({"value_ranges": {"ids": [10, 0]}}) == ("value_ranges: 'ids' needs [low, high] with low < high, "
+                                                       "got [10, 0]")
 
 
 def test_verify_batch_sizes():

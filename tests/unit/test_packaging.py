@@ -51,7 +51,8 @@ def test_console_script_and_module_entry():
 def test_core_dependencies():
     deps = _pyproject()["project"]["dependencies"]
     names = {d.split("[")[0].split(">")[0].split("~")[0].split("=")[0] for d in deps}
-    assert names == {"numpy", "pyyaml", "onnx", "onnx-graphsurgeon", "polygraphy", "protobuf", "tritonclient", "rich", "jsonschema"}
+    assert names == {"numpy", "pyyaml", "onnx", "onnx-graphsurgeon", "polygraphy", "protobuf", "tritonclient", "rich",
+                     "jsonschema"}
     assert "polygraphy~=0.53.6" in deps
     extras = _pyproject()["project"]["optional-dependencies"]
     assert not any("onnxruntime" in d for d in extras["gpu"] if "gpu" not in d)

@@ -224,7 +224,7 @@ def test_a_coarse_sweep_steps_x4_then_measures_the_peaks_neighbours(clock, rate,
 def test_a_coarse_sweep_ends_at_the_largest_power_of_two_allowed(clock, max_batch, grid):
     settings = ProfileSettings(max_batch_size=max_batch, window_s=0.0, window_min_iters=10, max_windows=3,
                                warmup_iters=0, coarse=True)
-    out = sweep(infer_with(clock, lambda b: 1e-3), SAMPLE, 0, settings)   # rising x per size: the largest wins
+    sweep(infer_with(clock, lambda b: 1e-3), SAMPLE, 0, settings)   # rising x per size: the largest wins
     assert list(dict.fromkeys(clock.calls))[:len(grid)] == grid
 
 

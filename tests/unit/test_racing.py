@@ -285,7 +285,7 @@ def test_best_between_two_raced_figures_is_the_races_verdict():
     so), whatever the two final figures' ranges; not when the race ended without dropping it."""
     def status(reason):
         st = _status(onnx=_runner([(8, 105.0, 0.2)]), onnx_optimized=_runner([(8, 100.0, 0.2)]))
-        for k, fs in st.formats.items():
+        for _k, fs in st.formats.items():
             fs.runners["onnxruntime-cpu"].profile.results[0].raced = True
         st.formats["onnx-optimized"].runners["onnxruntime-cpu"].profile.reason = reason
         return st
@@ -293,7 +293,8 @@ def test_best_between_two_raced_figures_is_the_races_verdict():
     dropped = f"{racing.OUT}behind onnx on onnxruntime-cpu in each of the last 5 interleaved rounds"
     assert select_best(status(dropped), no_profile=False).separated is True
     tie = select_best(status("30 rounds left onnx, onnx-optimized not separated"), no_profile=False)
-    assert tie.separated is False and "not separated from onnx-optimized on onnxruntime-cpu in the race: 1.05x" in tie.note
+    assert tie.separated is False
+    assert "not separated from onnx-optimized on onnxruntime-cpu in the race: 1.05x" in tie.note
 
 
 def test_contenders_within_two_percent_end_the_race_as_a_tie():

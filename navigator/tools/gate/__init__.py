@@ -11,6 +11,6 @@ from navigator.tools.gate.policy import (DEFAULT_NOISE_MARGIN, UNSTABLE_NOISE_MA
 from navigator.tools.gate.result import Check, GateResult
 from navigator.tools.gate.workdir import WorkdirGateResult, evaluate_workdir
 
-__all__ = ["evaluate", "best_throughput", "fingerprint", "fingerprint_differences", "regression_margin", "GatePolicy", "OutputPolicy", "Bound",
-           "load_policy", "parse_policy", "DEFAULT_NOISE_MARGIN", "UNSTABLE_NOISE_MARGIN", "Check", "GateResult",
-           "evaluate_workdir", "WorkdirGateResult"]
+__all__ = ["evaluate", "best_throughput", "fingerprint", "fingerprint_differences", "regression_margin", "GatePolicy",
+           "OutputPolicy", "Bound", "load_policy", "parse_policy", "DEFAULT_NOISE_MARGIN", "UNSTABLE_NOISE_MARGIN",
+           "Check", "GateResult", "evaluate_workdir", "WorkdirGateResult"]

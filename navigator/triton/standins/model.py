@@ -12,8 +12,8 @@ load and serve on a machine whose Triton build has only the Python backend.
 They exist for quick local checks and tests; performance, threading and GPU
 execution are not modelled: deploy with the real backends. A stateful model's
 implicit state (``sequence_batching.state``) is kept here per correlation id,
-its initial state (zeros, or initial_state's data_file) at a sequence's START flag and forgotten at its END: the Python backend
-has no implicit state of its own, so the stand-in does what the onnxruntime
+its initial state (zeros, or initial_state's data_file) at a sequence's START flag and forgotten at its END: the
+Python backend has no implicit state of its own, so the stand-in does what the onnxruntime
 backend does with Triton's state. What changes the
 numbers is modelled as the real backends do it: onnxruntime's graph optimisation
 level (``optimization.graph.level``: -1 basic, 1 extended, 2 disabled, else all)
@@ -104,7 +104,8 @@ def initial_states(config, model_dir):
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
             except OSError as e:
-                raise ModelConfigMismatch("initial state of '%s': cannot read %s (%s)" % (st["input_name"], path, e))
+                raise ModelConfigMismatch("initial state of '%s': cannot read %s (%s)"
+                                          % (st["input_name"], path, e)) from e
             try:
                 info = os.fstat(fd)
                 if not stat.S_ISREG(info.st_mode) or info.st_size != want:
@@ -137,7 +138,7 @@ def check(model_name, backend, config, model_inputs, model_outputs, input_count=
         raise ModelConfigMismatch("%s: the configuration expects %d inputs, the model provides %d (%s)"
                                   % (head, len(cfg_inputs) + len(states), count, ", ".join(model_inputs)))
     io_names = {n for n, _, _ in cfg_inputs} | {n for n, _, _ in config_tensors(config, "output")}
-    for name, output_name, dtype, dims in states:
+    for name, output_name, dtype, _dims in states:
         for tname in (name, output_name):
             if tname in io_names:
                 raise ModelConfigMismatch("%s: state tensor '%s' is also an input or output of the configuration"
