@@ -19,6 +19,11 @@ from navigator import specs
 from navigator.errors import UserInputError
 from navigator.workspace.layout import DEFAULT_WORKDIR
 
+# defaults that more than one module states (help texts, the profiler's own settings, the Triton emitter)
+DEFAULT_MAX_BATCH_SIZE = 64
+DEFAULT_PROFILE_BUDGET_S = 20.0
+DEFAULT_TIMEOUT_S = 600.0
+
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 ERROR_STATS = ("elemwise", "max", "mean", "median", "quantile")
@@ -93,10 +98,10 @@ class NavigatorConfig:
         "workdir": DEFAULT_WORKDIR,
         "target_precisions": ("fp32",),
         "device": "auto",
-        "max_batch_size": 64,
+        "max_batch_size": DEFAULT_MAX_BATCH_SIZE,
         "error_stat": "elemwise",
-        "timeout": 600.0,
-        "profile_budget_s": 20.0,
+        "timeout": DEFAULT_TIMEOUT_S,
+        "profile_budget_s": DEFAULT_PROFILE_BUDGET_S,
         "seed": 0,
     }
 

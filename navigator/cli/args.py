@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+from navigator.config import DEFAULT_MAX_BATCH_SIZE, DEFAULT_PROFILE_BUDGET_S, DEFAULT_TIMEOUT_S
+
 
 class ArgGroup:
     title = ""
@@ -65,7 +67,8 @@ class ShapeArgs(ArgGroup):
         b = g.add_mutually_exclusive_group()
         b.add_argument("--batch-dim", type=int, metavar="N", help="the batch dim (default: detected)")
         b.add_argument("--no-batching", action="store_true", help="the model has no batch dim")
-        g.add_argument("--max-batch-size", type=int, metavar="N", help="largest batch profiled (default 64)")
+        g.add_argument("--max-batch-size", type=int, metavar="N",
+                       help=f"largest batch profiled (default {DEFAULT_MAX_BATCH_SIZE})")
 
 
 class VerifyArgs(ArgGroup):
@@ -106,11 +109,13 @@ class ProfileArgs(ArgGroup):
 
     def add_to(self, parser):
         g = parser.add_argument_group(self.title)
-        g.add_argument("--timeout", type=float, metavar="S", help="limit per stage and format (default 600 s)")
+        g.add_argument("--timeout", type=float, metavar="S",
+                       help=f"limit per stage and format (default {DEFAULT_TIMEOUT_S:g} s)")
         g.add_argument("--worker-memory-gb", type=float, metavar="GIB",
                        help="kill a worker whose resident memory exceeds this; its stage fails (default: 75%% "
                             "of the machine's memory; 0: no limit)")
-        g.add_argument("--profile-budget-s", type=float, metavar="S", help="profiling time per format (default 20)")
+        g.add_argument("--profile-budget-s", type=float, metavar="S",
+                       help=f"profiling time per format (default {DEFAULT_PROFILE_BUDGET_S:g})")
         g.add_argument("--no-profile", action="store_true", help="verify only; best by preference order")
         g.add_argument("--jobs", type=int, metavar="N", help="formats converted and verified at once (default: one "
                                                              "per core, bounded by memory); profiling runs alone")

@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from navigator.execution.jobs import Event, Job
+from navigator.execution.jobs import Event, Job, timeout_reason
 from navigator.execution.processes import kill_group, python_command, reap, stop_group
 from navigator.machine import GIB
 
@@ -262,8 +262,7 @@ def run_worker(job: Job, job_path: Path, log_path: Path, *, stage_timeout_s: flo
             if open_stage is not None and time.monotonic() - stage_start > stage_timeout_s:
                 outcome.peak_rss_mb = stop_group(proc, grace_s=3.0)
                 outcome.returncode = proc.returncode
-                outcome.reason = (f"timed out after {stage_timeout_s:g} s in {open_stage.stage} "
-                                  f"(--timeout); the worker was killed")
+                outcome.reason = timeout_reason(stage_timeout_s, open_stage.stage, where="; the worker was killed")
                 break
             if cancel is not None and cancel.is_set():
                 raise KeyboardInterrupt

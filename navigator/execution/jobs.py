@@ -13,6 +13,13 @@ from typing import Any, ClassVar
 from navigator.types import Record
 
 
+def timeout_reason(limit: float, stage: str | None = None, *, where: str = "") -> str:
+    """The one wording of a stage stopped by --timeout, wherever it ran (a worker, a thread of the
+    calling process, a race window); ``where`` says what happened to it."""
+    text = f"timed out after {limit:g} s" + (f" in {stage}" if stage else "") + " (--timeout)"
+    return text + (f"{where}" if where.startswith(";") or not where else f" {where}")
+
+
 @dataclass
 class ConvertSpec(Record):
     """Which edge makes the artifact: a converter class by import path, workspace-relative paths."""

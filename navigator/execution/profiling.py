@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from navigator.config import DEFAULT_MAX_BATCH_SIZE, DEFAULT_PROFILE_BUDGET_S
 from navigator.execution.racing import separated, unstable
 
 # Screening (navigator.execution.race_job): 3 to 5 windows of >= 30 ms, still until the last 3 agree (a
@@ -36,8 +37,8 @@ TOP_RISE = 1.25
 
 @dataclass
 class ProfileSettings:
-    max_batch_size: int = 64
-    budget_s: float = 20.0
+    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
+    budget_s: float = DEFAULT_PROFILE_BUDGET_S
     window_s: float = 0.1          # a window is at least this long ...
     window_min_iters: int = 10     # ... and at least this many inferences ...
     window_enough_iters: int = 1000   # ... unless this many were run first (a model of microseconds)

@@ -10,7 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from navigator.execution.jobs import Job, Task
+from navigator.execution.jobs import Job, Task, timeout_reason
 from navigator.execution.worker import EXIT_DISK_FULL
 from navigator.pipeline.context import RunContext
 from navigator.pipeline.diskfull import WorkspaceFull, check_disk_full, says_disk_full
@@ -150,8 +150,8 @@ def _timed_out_here(ctx: RunContext, events, deferred: list) -> None:
     limit = ctx.config.timeout
     log.warning("a profile measured in the calling process ran past --timeout %g s: stopped", limit)
     for n, (i, task, spec, _runner, _io) in enumerate(deferred):
-        reason = (f"timed out after {limit:g} s in profile (--timeout) in the calling process" if n == 0 else
-                  f"not run: an earlier profile timed out after {limit:g} s (--timeout)")
+        reason = (timeout_reason(limit, "profile", where="in the calling process") if n == 0 else
+                  f"not run: an earlier profile {timeout_reason(limit)}")
         if n:
             events.emit(Event(task=i, key=task.key, stage="profile", runner=spec.key, event="start"))
         events.emit(Event(task=i, key=task.key, stage="profile", runner=spec.key, event="end",
@@ -219,7 +219,7 @@ def _run_in_thread(ctx: RunContext, name: str, job: Job):
     if timed_out is not None:
         stage = timed_out[1].stage
         outcome.open_stage = open_stage or timed_out[1]
-        outcome.reason = f"timed out after {limit:g} s in {stage} (--timeout) in the calling process"
+        outcome.reason = timeout_reason(limit, stage, where="in the calling process")
         if abandoned:
             outcome.reason += (f"; it did not stop within {IN_PROCESS_GRACE_S:g} s (native code cannot be "
                                "interrupted), so its thread was abandoned and keeps running until the process "

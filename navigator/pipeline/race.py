@@ -25,7 +25,7 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
-from navigator.execution.jobs import Job, PeerWindow, RacePeer, Task
+from navigator.execution.jobs import Job, PeerWindow, RacePeer, Task, timeout_reason
 from navigator.pipeline import progress
 from navigator.pipeline.context import RunContext
 from navigator.pipeline.events import apply_event, explain_skips, with_tail
@@ -138,7 +138,7 @@ def _peer_window(ctx: RunContext, event) -> None:
             reply = PeerWindow(latencies=race_window(peer.infer, feed, ProfileSettings(**event.result["settings"])))
     except StageTimeout:   # a BaseException, as for a stage: the race ends, the run goes on
         log.warning("race window of %s on %s: timed out after %g s", event.key, event.runner, limit)
-        reply = PeerWindow(error=f"timed out after {limit:g} s (--timeout)")
+        reply = PeerWindow(error=timeout_reason(limit))
     except Exception as e:
         log.exception("race window of %s on %s", event.key, event.runner)
         reply = PeerWindow(error=f"{type(e).__name__}: {e}")

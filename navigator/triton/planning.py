@@ -110,7 +110,9 @@ def _batching(st, fs_format: str, opts: TritonOptions, key: str, notes: list[str
             raise UserInputError(f"--max-batch-size {opts.max_batch_size}: the {fs_format} artifact {key} was built "
                                  f"for batches up to {profile_max}; convert again with a larger --max-batch-size")
         return opts.max_batch_size
-    return profile_max or int(st.config.get("max_batch_size") or 64)
+    from navigator.config import DEFAULT_MAX_BATCH_SIZE
+
+    return profile_max or int(st.config.get("max_batch_size") or DEFAULT_MAX_BATCH_SIZE)
 
 
 def _names(st, fs, serving: backends.Serving, notes: list[str], key: str) -> tuple[dict, dict]:
