@@ -71,6 +71,23 @@ def one_line_error(r, *needles):
     return lines[0]
 
 
+def stage_times(ws: Path) -> dict[str, dict[str, float]]:
+    """From a workspace's navigator.log: ``{"torch verify [torch-cpu]": {"started": t, "ended": t}}``,
+    times in seconds since the epoch (the progress lines every stage writes)."""
+    import datetime
+    import re
+
+    line = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO navigator\.progress: (.+?): "
+                      r"(started|ok|failed|skipped|inconclusive)\b")
+    out: dict[str, dict[str, float]] = {}
+    for text in (ws / "navigator.log").read_text(encoding="utf-8").splitlines():
+        m = line.match(text)
+        if m:
+            t = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            out.setdefault(m.group(2), {})["started" if m.group(3) == "started" else "ended"] = t
+    return out
+
+
 def wait_for_worker(needle: str, proc, seconds: float = 120) -> None:
     """Until a process whose command line holds ``needle`` runs (a worker of the run ``proc``):
     tests that interrupt a run wait for a state, never for a time."""

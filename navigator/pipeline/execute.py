@@ -61,7 +61,7 @@ def _run_planned(ctx: RunContext, planned) -> None:
     st = ctx.status
     ref = ctx.config.reference
     if not ref or ref == ctx.source.key:
-        if ctx.jobs > 1 and len(planned) > 2:
+        if ctx.jobs > 1 and len(planned) > 1:   # the source and one child overlap too (reference first)
             via = {p.key: p.converter.via for p in planned if routable(ctx, p)}
             run_parallel(ctx, planned, run_item, waits_for=lambda item: via.get(item.key))
             return

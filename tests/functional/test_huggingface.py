@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import yaml
 
-from ..conftest import ROOT
+from ..conftest import ROOT, stage_times
 
 _MISSING = [m for m in ("torch", "transformers", "tokenizers", "onnxruntime", "onnxscript")
             if importlib.util.find_spec(m) is None]
@@ -123,6 +123,10 @@ def test_text_classifier_folder_converts_with_no_shapes_or_samples(hf_root, tmp_
     assert mask[0].all() and not mask.all()
     assert (ids[mask == 0] == 0).all() and (ids[mask == 1] != 0).all()
     assert all((np.diff(row) <= 0).all() for row in mask)          # 1 … 1 0 … 0
+    # the critical path: the source's child converts as soon as the reference is stored, beside the
+    # source's own verification, not after it
+    times = stage_times(ws)
+    assert times["onnx convert"]["started"] < times["torch verify [torch-cpu]"]["ended"], times
     # a re-run finds the folder unchanged and reuses every step
     again = _cli("convert", folder, "--workdir", tmp_path / "wd", *FAST, cwd=tmp_path)
     assert again.returncode == 0 and "resuming" in again.stdout + again.stderr
