@@ -1,0 +1,95 @@
+"""The small parts of the pipeline's core, each on its own: the --timeout watch of a thread,
+the one wording of a timeout, an artifact's digest, the machine's memory, a stage's log."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import types
+
+import pytest
+
+from navigator import machine
+from navigator.execution.jobs import timeout_reason
+from navigator.execution.logs import StageLog
+from navigator.pipeline.digests import artifact_sha256
+from navigator.pipeline.timeouts import StageTimeout, async_raise, timeout_here
+
+
+def test_the_watch_stops_a_stage_that_runs_too_long_and_only_that():
+    tail = types.SimpleNamespace(open_stage="verify", stage_start=time.monotonic())
+    start = time.monotonic()
+    with pytest.raises(StageTimeout):
+        with timeout_here(0.2, tail):
+            while time.monotonic() - start < 10:    # pure Python: stopped at its next bytecode
+                pass
+    assert time.monotonic() - start < 5
+    tail = types.SimpleNamespace(open_stage=None, stage_start=time.monotonic())
+    with timeout_here(0.1, tail):                   # no stage open: nothing is raised
+        time.sleep(0.3)
+    with timeout_here(None, tail):                  # no limit
+        pass
+
+
+def test_async_raise_reaches_another_thread():
+    seen = []
+
+    def spin():
+        try:
+            while True:
+                time.sleep(0.001)
+        except StageTimeout:
+            seen.append("stopped")
+
+    t = threading.Thread(target=spin, daemon=True)
+    t.start()
+    time.sleep(0.05)
+    async_raise(t, StageTimeout)
+    t.join(5)
+    assert seen == ["stopped"]
+
+
+def test_one_wording_of_a_timeout():
+    assert timeout_reason(2) == "timed out after 2 s (--timeout)"
+    assert timeout_reason(2.5, "convert", where="in the calling process") == \
+        "timed out after 2.5 s in convert (--timeout) in the calling process"
+    assert timeout_reason(600, "verify", where="; the worker was killed") == \
+        "timed out after 600 s in verify (--timeout); the worker was killed"
+
+
+def test_an_artifacts_digest_follows_its_bytes_and_names(tmp_path):
+    from navigator.workspace.layout import Workspace
+    from navigator.workspace.status import FormatStatus
+
+    ws = Workspace(tmp_path / "m.nav.workspace")
+    folder = ws.root / "formats" / "openvino"
+    folder.mkdir(parents=True)
+    (folder / "model.xml").write_text("<net/>")
+    (folder / "model.bin").write_bytes(b"\0" * 8)
+    fs = FormatStatus(format="openvino", path="formats/openvino")
+    first = artifact_sha256(ws, fs)
+    assert first and artifact_sha256(ws, fs) == first
+    (folder / "model.bin").write_bytes(b"\1" * 8)
+    assert artifact_sha256(ws, fs) != first
+    assert artifact_sha256(ws, FormatStatus(format="onnx", path="formats/onnx/model.onnx")) is None   # absent
+    assert artifact_sha256(ws, FormatStatus(format="onnx", path=None)) is None
+
+
+def test_the_machines_memory_and_the_default_limit():
+    total = machine.physical_memory_bytes()
+    assert total is None or total > 64 << 20
+    limit = machine.default_memory_limit_gb()
+    if total:
+        assert limit == round(total * 0.75 / machine.GIB, 1)
+
+
+def test_a_stage_log_takes_the_records_of_its_stage_only(tmp_path):
+    log = logging.getLogger("navigator.test_stage_log")
+    log.setLevel(logging.INFO)
+    path = tmp_path / "formats" / "onnx" / "verify.log"
+    with StageLog(path):
+        log.info("inside the stage")
+    log.info("after it")
+    text = path.read_text()
+    assert "inside the stage" in text and "after it" not in text
