@@ -78,6 +78,9 @@ class Converter:
     # the run calibrates it on one part of the samples and verifies it on the others
     # (navigator.pipeline.tasks.calibration_split)
     calibrates: ClassVar[bool] = False
+    # what the edge needs of the fork server's preload beyond its source format's (Format.preload):
+    # torch.onnx.export's modules for an export to ONNX
+    preload: ClassVar[str | None] = None
 
     def convert(self, ctx: ConvertContext) -> ConvertOutcome | None:
         raise NotImplementedError

@@ -50,6 +50,7 @@ class TorchExportToOnnx(Converter):
     source = "torch_export"
     target = "onnx"
     requires = ("torch", "onnx")
+    preload = "onnxscript.function_libs.torch_lib.ops"   # torch.onnx.export's modules
     Params = ExportedOnnxParams
 
     @classmethod

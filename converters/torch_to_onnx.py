@@ -68,6 +68,7 @@ class TorchToOnnx(Converter):
     source = "torch"
     target = "onnx"
     requires = ("torch", "onnx")
+    preload = "onnxscript.function_libs.torch_lib.ops"   # torch.onnx.export's modules
     needs_live = True
     via = "torch_export"    # a run that exports the program converts it in a worker (torch_export_to_onnx)
     Params = TorchOnnxParams

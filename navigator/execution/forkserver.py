@@ -84,11 +84,6 @@ TORCH_PRELOAD = ("torch", "torch.export", "torch._dynamo", "torch._inductor.comp
                  "torch.onnx._internal.exporter._core", "onnxscript.function_libs.torch_lib.ops",
                  "navigator.runners.torch")
 TORCH_SUFFIXES = (".py", ".pt", ".pt2", ".pth", ".ts", ".bin", ".safetensors")
-# What a job needs of the preload, by the last module it needs in TORCH_PRELOAD's order (wait_for).
-_LOADS_PROGRAM = "torch._inductor.compile_fx"            # torch.export.load's imports
-_EXPORTS_ONNX = "onnxscript.function_libs.torch_lib.ops"  # torch.onnx.export's
-_TORCH_RUNNERS = {"torch", "torch_compile", "torchscript"}
-_PROGRAM_RUNNERS = {"torch_export", "aoti"}
 
 
 class ServerGone(Exception):
@@ -129,19 +124,47 @@ def wait_for(job) -> str | None:
     server imported the same modules beside it, both at half speed on a busy machine (the conversion
     from an ExportedProgram to ONNX, on a live module's critical path: 2.8-4.3 s instead of ~2 s on
     the transformer block). None: fork at once."""
-    needs = set()
+    needs: set[str | None] = set()
     for task in getattr(job, "tasks", None) or []:
-        runners = {r.runner for r in task.runners} | ({task.reference_runner.runner} if task.reference_runner
-                                                       else set())
-        if task.convert is not None and ("torch_export_to_onnx" in task.convert.converter
-                                         or "torch_to_onnx" in task.convert.converter):
-            needs.add(_EXPORTS_ONNX)
-        if runners & _PROGRAM_RUNNERS or task.convert is not None and task.convert.source.endswith(".pt2"):
-            needs.add(_LOADS_PROGRAM)
-        if runners & _TORCH_RUNNERS or task.convert is not None and (
-                ".torch_to_" in task.convert.converter or ".torch_precision" in task.convert.converter):
-            needs.add("torch")
-    return max(needs, key=TORCH_PRELOAD.index) if needs else None
+        for runner in [*task.runners, *([task.reference_runner] if task.reference_runner else [])]:
+            needs.add(_runner_preload(runner.runner))   # the artifact its runner loads: the format's record says
+        if task.convert is not None:                  # the edge's source, and what the edge adds
+            edge = _converter(task.convert.converter)
+            if edge is not None:
+                needs |= {_format_preload(edge.source), edge.preload}
+    known = [n for n in needs if n in TORCH_PRELOAD]
+    return max(known, key=TORCH_PRELOAD.index) if known else None
+
+
+def _runner_preload(runner: str) -> str | None:
+    """``Format.preload`` of the formats ``runner`` runs (the torchscript runner: torchscript, torch_tensorrt)."""
+    from navigator import formats
+
+    found = {f.preload for f in formats.all_formats()
+             if any(spec.runner == runner for specs in f.runners.values() for spec in specs)}
+    found.discard(None)
+    return max(found, key=lambda m: TORCH_PRELOAD.index(m) if m in TORCH_PRELOAD else -1) if found else None
+
+
+def _format_preload(key: str) -> str | None:
+    """``Format.preload`` of the format of ``key`` (a key or a format name); None when unknown."""
+    from navigator import formats
+
+    try:
+        return formats.get(formats.parse_key(key).format).preload
+    except Exception:   # a key this process does not know (a plugin's): nothing to wait for
+        return None
+
+
+def _converter(path: str):
+    """The registered converter class of a ``module:QualName`` path, or None."""
+    from navigator.converters.registry import registry
+
+    for name in registry.names():
+        cls = registry.get(name)
+        if cls.import_path() == path:
+            return cls
+    return None
 
 
 def preloaded_by(module: str | None, preload: list[str]) -> str | None:

@@ -10,6 +10,9 @@ from navigator.formats.descriptor import PYTHON, Format, RunnerSpec, Serving
 
 CPU, CUDA = "cpu", "cuda"
 TORCH_PACKAGES = ("torch",)
+# what a worker needs of the fork server's preload (Format.preload): torch itself, or what loading a
+# saved ExportedProgram imports
+TORCH, PROGRAM = "torch", "torch._inductor.compile_fx"
 _GPU_ONLY = "{} run only on an NVIDIA GPU"
 
 
@@ -38,12 +41,12 @@ FORMATS: tuple[Format, ...] = (
     # Torch-TensorRT saves a TorchScript module holding TensorRT engines: the TorchScript runner runs it.
     Format(
         "torch_tensorrt", "model.pt", preference=2, fixed_batch=True, precisions=("fp32", "fp16"),
-        runners={CPU: (), CUDA: (RunnerSpec("torchscript", CUDA),)},
+        runners={CPU: (), CUDA: (RunnerSpec("torchscript", CUDA),)}, preload=TORCH,
         unverifiable={CPU: _GPU_ONLY.format("Torch-TensorRT modules")},
         serving=Serving("pytorch", "pytorch_libtorch", "model.pt", devices=("gpu",), name_convention="pytorch")),
     Format(
         "aoti", "model.pt2", preference=3, fixed_batch=True, compiled_for_device=True,
-        precisions=("fp32", "fp16", "bf16"), runners=_both("aoti"),
+        precisions=("fp32", "fp16", "bf16"), runners=_both("aoti"), preload=PROGRAM,
         native_opt_in=Serving("pytorch", "torch_aoti", "model.pt2", name_convention="pytorch",
                               note="platform torch_aoti is beta in Triton and needs the exact torch version that "
                                    "compiled the package, on the device it was compiled for"),
@@ -73,10 +76,11 @@ FORMATS: tuple[Format, ...] = (
         runner_classes={"onnxruntime": "navigator.runners.onnxruntime:OnnxruntimeRunner"}),
     Format(
         "torch_export", "model.pt2", preference=6, precisions=("fp32", "fp16", "bf16"), runners=_both("torch_export"),
+        preload=PROGRAM,
         python_loader="torch_export", python_packages=TORCH_PACKAGES,
         runner_classes={"torch_export": "navigator.runners.torch:TorchExportRunner"}),
     Format(
-        "torchscript", "model.pt", preference=7, runners=_both("torchscript"),
+        "torchscript", "model.pt", preference=7, runners=_both("torchscript"), preload=TORCH,
         serving=Serving("pytorch", "pytorch_libtorch", "model.pt", name_convention="pytorch"),
         python_loader="torchscript", python_packages=TORCH_PACKAGES,
         runner_classes={"torchscript": "navigator.runners.torch:TorchScriptRunner"}),
@@ -103,6 +107,7 @@ FORMATS: tuple[Format, ...] = (
                         RunnerSpec("torch_compile", CUDA, "cudagraphs"),
                         RunnerSpec("torch_compile", CUDA, "max_autotune", opt_in=True))},
         not_servable="the eager PyTorch source is not an artifact; serve torchscript, torch_export or onnx",
+        preload=TORCH,
         default_targets=("torch", "torchscript", "torch_export", "onnx", "onnx-optimized"),
         # AOTInductor takes 10-25 s to compile on a CPU: a default on a GPU only
         cuda_default_targets=("aoti",),

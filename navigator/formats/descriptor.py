@@ -104,6 +104,9 @@ class Format:
     # "module:function(path) -> notes" run on every converted artifact of the format before its
     # convert step may say ok; it raises when the artifact is invalid (the onnx format's graph check)
     check: str | None = None
+    # the module of the fork server's preload (navigator.execution.forkserver.TORCH_PRELOAD) that a
+    # worker loading or running this format's artifact needs imported before it is forked
+    preload: str | None = None
 
     def __post_init__(self) -> None:
         runners = {d: tuple(specs) for d, specs in dict(self.runners).items()}

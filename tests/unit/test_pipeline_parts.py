@@ -93,3 +93,33 @@ def test_a_stage_log_takes_the_records_of_its_stage_only(tmp_path):
     log.info("after it")
     text = path.read_text()
     assert "inside the stage" in text and "after it" not in text
+
+
+def test_a_job_waits_for_the_preload_its_formats_and_edges_need():
+    """The fork server forks a job once the preload has what the job loads: read from the format
+    records (Format.preload) and the converters (Converter.preload), not from a table of names."""
+    from navigator.converters.registry import registry
+    from navigator.execution import forkserver
+    from navigator.execution.jobs import ConvertSpec, Job, RunnerTask, Task
+
+    def wait(*tasks):
+        return forkserver.wait_for(Job(workspace="/w", events="/e", tasks=list(tasks), sys_path=[], parent_pid=1))
+
+    def task(key, runners=(), edge=None):
+        convert = ConvertSpec(converter=registry.get(edge).import_path(), source="s", output="o") if edge else None
+        return Task(kind="format", key=key, artifact="a", runners=[RunnerTask(r, "cpu") for r in runners],
+                    convert=convert)
+
+    onnx_export = "onnxscript.function_libs.torch_lib.ops"
+    program = "torch._inductor.compile_fx"
+    assert wait(task("onnx", ["onnxruntime"])) is None
+    assert wait(task("onnx-optimized", ["onnxruntime"], "onnx_to_onnx_optimized")) is None
+    assert wait(task("onnx", ["onnxruntime"], "torch_to_onnx")) == onnx_export
+    assert wait(task("onnx", ["onnxruntime"], "torch_export_to_onnx")) == onnx_export
+    assert wait(task("torch_export", ["torch_export"])) == program
+    assert wait(task("aoti", ["aoti"], "torch_export_to_aoti")) == program
+    assert wait(task("torch", ["torch", "torch_compile"])) == "torch"
+    assert wait(task("torchscript", ["torchscript"], "torch_to_torchscript")) == "torch"
+    assert wait(Task(kind="reference", key="reference", artifact="a", reference_runner=RunnerTask("torch", "cpu"))) \
+        == "torch"
+    assert wait(task("torch", ["torch"]), task("onnx", ["onnxruntime"], "torch_to_onnx")) == onnx_export   # the last
