@@ -26,6 +26,12 @@ def all_formats() -> list[Format]:
     return registry.all()
 
 
+def by_suffix(suffix: str) -> str | None:
+    """The format a model file with ``suffix`` is a source of (Format.source_suffixes), or None."""
+    suffix = suffix.lower()
+    return next((f.name for f in registry.all() if suffix in f.source_suffixes), None)
+
+
 def file_name(fmt: str) -> str:
     """The artifact's file name inside ``formats/<key>/``."""
     return registry.get(fmt).artifact

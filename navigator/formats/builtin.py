@@ -64,7 +64,7 @@ FORMATS: tuple[Format, ...] = (
         python_loader="openvino", python_packages=("openvino",), python_devices=("cpu",),
         runner_classes={"openvino": "navigator.runners.openvino:OpenVINORunner"}),
     Format(
-        "onnx", "model.onnx", preference=5, precisions=("fp32", "fp16", "int8"),
+        "onnx", "model.onnx", preference=5, precisions=("fp32", "fp16", "int8"), source_suffixes=(".onnx",),
         # cuda_nhwc: the CUDA provider with prefer_nhwc (tensor-core convolutions in NHWC)
         runners={CPU: (RunnerSpec("onnxruntime", CPU),),
                  CUDA: (RunnerSpec("onnxruntime", CUDA), RunnerSpec("onnxruntime", CUDA, "cuda_nhwc"),
@@ -76,11 +76,12 @@ FORMATS: tuple[Format, ...] = (
         runner_classes={"onnxruntime": "navigator.runners.onnxruntime:OnnxruntimeRunner"}),
     Format(
         "torch_export", "model.pt2", preference=6, precisions=("fp32", "fp16", "bf16"), runners=_both("torch_export"),
-        preload=PROGRAM,
+        preload=PROGRAM, source_suffixes=(".pt2",),
         python_loader="torch_export", python_packages=TORCH_PACKAGES,
         runner_classes={"torch_export": "navigator.runners.torch:TorchExportRunner"}),
     Format(
         "torchscript", "model.pt", preference=7, runners=_both("torchscript"), preload=TORCH,
+        source_suffixes=(".pt", ".pth", ".ts", ".jit", ".torchscript"),
         serving=Serving("pytorch", "pytorch_libtorch", "model.pt", name_convention="pytorch"),
         python_loader="torchscript", python_packages=TORCH_PACKAGES,
         runner_classes={"torchscript": "navigator.runners.torch:TorchScriptRunner"}),

@@ -107,6 +107,8 @@ class Format:
     # the module of the fork server's preload (navigator.execution.forkserver.TORCH_PRELOAD) that a
     # worker loading or running this format's artifact needs imported before it is forked
     preload: str | None = None
+    # a model file handed in with one of these suffixes is a source of this format (lower case)
+    source_suffixes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         runners = {d: tuple(specs) for d, specs in dict(self.runners).items()}

@@ -20,7 +20,7 @@ from typing import Any
 from navigator.errors import UserInputError
 from navigator.sources.base import Source
 from navigator.sources.hf_folder import is_hf_folder
-from navigator.sources.onnx import ONNX_SUFFIXES, open_onnx
+from navigator.sources.onnx import open_onnx
 from navigator.sources.tensorflow import open_saved_model, open_tf_object, saved_model_name
 from navigator.sources.torch import open_torch, open_torch_file
 
@@ -39,9 +39,6 @@ def is_hf_folder_spec(model: Any, model_format: str | None = None) -> bool:
     return path.is_dir() and not saved_model and is_hf_folder(path)
 
 
-_TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts", ".jit", ".torchscript")
-
-
 def torch_file_kind(model: Any, model_format: str | None = None) -> str | None:
     """``torchscript`` / ``torch_export`` for a path to a PyTorch model file (by suffix, or
     --model-format), else None: such a file unpickles when loaded, so it is opened in a worker."""
@@ -50,12 +47,10 @@ def torch_file_kind(model: Any, model_format: str | None = None) -> str | None:
     path = Path(model)
     if model_format is not None:
         return model_format if model_format in ("torchscript", "torch_export") else None
-    suffix = path.suffix.lower()
-    if suffix in _TORCHSCRIPT_SUFFIXES and path.is_file():
-        return "torchscript"
-    if suffix == ".pt2" and path.is_file():
-        return "torch_export"
-    return None
+    from navigator import formats
+
+    kind = formats.by_suffix(path.suffix)   # a file format that needs torch to load it (Format.preload)
+    return kind if kind is not None and formats.get(kind).preload and path.is_file() else None
 
 
 def is_factory_spec(model: Any) -> bool:
@@ -103,7 +98,9 @@ def _open(model: Any, model_format: str | None, signature_name: str | None, task
         path = Path(model)
         fmt = model_format
         if fmt is None:
-            if path.suffix.lower() in ONNX_SUFFIXES:
+            from navigator import formats
+
+            if formats.by_suffix(path.suffix) == "onnx":
                 fmt = "onnx"
             elif torch_file_kind(path):
                 fmt = torch_file_kind(path)

@@ -11,8 +11,6 @@ from navigator.errors import UserInputError
 from navigator.execution.jobs import RunnerTask
 from navigator.sources.base import Source
 
-ONNX_SUFFIXES = (".onnx",)
-
 
 class OnnxSource(Source):
     def export(self, ws, out_path: Path) -> dict:

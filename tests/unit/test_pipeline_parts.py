@@ -123,3 +123,15 @@ def test_a_job_waits_for_the_preload_its_formats_and_edges_need():
     assert wait(Task(kind="reference", key="reference", artifact="a", reference_runner=RunnerTask("torch", "cpu"))) \
         == "torch"
     assert wait(task("torch", ["torch"]), task("onnx", ["onnxruntime"], "torch_to_onnx")) == onnx_export   # the last
+
+
+def test_a_files_format_is_read_from_the_records(tmp_path):
+    from navigator import formats
+    from navigator.sources import torch_file_kind
+
+    assert formats.by_suffix(".ONNX") == "onnx" and formats.by_suffix(".pt2") == "torch_export"
+    assert formats.by_suffix(".jit") == "torchscript" and formats.by_suffix(".txt") is None
+    for name, kind in (("m.pt", "torchscript"), ("m.pt2", "torch_export"), ("m.onnx", None)):
+        (tmp_path / name).write_bytes(b"x")
+        assert torch_file_kind(tmp_path / name) == kind       # loading it unpickles: a worker opens it
+    assert torch_file_kind(tmp_path / "missing.pt") is None
