@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import contextlib
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from navigator.config import NavigatorConfig
+from navigator.sources.prepare import Prepared  # noqa: F401  (the run's inputs, read by resume)
 from navigator.workspace import status as status_mod
 from navigator.workspace.layout import Workspace
-from navigator.sources.prepare import Prepared  # noqa: F401  (the run's inputs, read by resume)
 from navigator.workspace.status import Status
+
+if TYPE_CHECKING:  # pragma: no cover
+    from navigator.console import Reporter
+    from navigator.execution.forkserver import ForkServer
+    from navigator.sources.base import Source
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -20,43 +29,43 @@ class RunContext:
     config: NavigatorConfig
     ws: Workspace
     status: Status
-    source: Any
+    source: Source
     device: str                      # where converters run: cuda when a GPU is used, else cpu
-    reporter: Any
-    runner_devices: tuple = ("cpu",)  # where formats are verified and profiled
-    verify_func: Callable | None = None
-    timings: dict = field(default_factory=dict)
+    reporter: Reporter
+    runner_devices: tuple[str, ...] = ("cpu",)  # where formats are verified and profiled
+    verify_func: Callable[..., Any] | None = None
+    timings: dict[str, float] = field(default_factory=dict)
     process_starts: int = 0
-    static_keys: set = field(default_factory=set)   # formats exported with static shapes only
+    static_keys: set[str] = field(default_factory=set)   # formats exported with static shapes only
     resume_from: Status | None = None                # the previous record, when its inputs are unchanged
-    step_hashes: dict = field(default_factory=dict)  # (key, runner key, stage) -> inputs_sha256
-    live: Any = None                 # the flat module of a live torch source: in-process jobs hand it over
+    step_hashes: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (key, runner, stage) -> sha256
+    live: Any = None                 # the flat module of a live torch source (sources.torch_support.LiveModel)
     # Profiles that cannot be reused are left to a later run instead of measured now (convert-many's
     # build phase: its measurements run alone on the node afterwards, navigator.many.node).
     defer_profiles: bool = False
-    race_pending: dict = field(default_factory=dict)   # key -> (planned item, runner keys) profiled in the race
+    race_pending: dict[str, Any] = field(default_factory=dict)   # key -> (planned item, runner keys) to race
     # A live module's screened runners, kept loaded until the race (navigator.pipeline.race.LivePeer)
-    race_peers: dict = field(default_factory=dict)
+    race_peers: dict[Any, Any] = field(default_factory=dict)
     jobs: int = 1                    # formats converted and verified at once (navigator.pipeline.schedule)
     # While formats run in parallel: the lock every change of the record (and save) is made under,
     # released only while a thread waits for its worker; and the event that stops every worker.
-    lock: Any = None
-    cancel: Any = None
-    reference_ready: Any = None      # a threading.Event set once the reference outputs are stored
-    gate: Any = None                 # a threading.Condition: measurements in this process vs workers
-    in_process: Any = None           # a threading.Lock: one in-process job at a time (torch tracing is global)
-    converted: set = field(default_factory=set)   # formats whose convert step ended (any status)
-    open_steps: dict = field(default_factory=dict)  # (key, stage, runner) -> monotonic start (progress)
+    lock: threading.Lock | None = None
+    cancel: threading.Event | None = None
+    reference_ready: threading.Event | None = None   # set once the reference outputs are stored
+    gate: threading.Condition | None = None          # measurements in this process vs workers
+    in_process: threading.Lock | None = None         # one in-process job at a time (torch tracing is global)
+    converted: set[str] = field(default_factory=set)   # formats whose convert step ended (any status)
+    open_steps: dict[tuple[str, str, str | None], float] = field(default_factory=dict)  # -> start (progress)
     workers_running: int = 0
     measuring: bool = False
-    forkserver: Any = None           # the run's warm workers (navigator.execution.forkserver), or None
-    calls: Any = None                # CallerCalls while formats run in parallel: work handed to the calling thread
+    forkserver: ForkServer | None = None   # the run's warm workers, or None
+    calls: CallerCalls | None = None       # while formats run in parallel: work handed to the calling thread
 
-    def locked(self):
+    def locked(self) -> contextlib.AbstractContextManager[Any]:
         return self.lock if self.lock is not None else contextlib.nullcontext()
 
     @contextlib.contextmanager
-    def worker_slot(self):
+    def worker_slot(self) -> Iterator[None]:
         """Held while a worker runs: it waits while this process measures (measure_gate)."""
         if self.gate is None:
             yield
@@ -72,7 +81,7 @@ class RunContext:
                 self.workers_running -= 1
                 self.gate.notify_all()
 
-    def on_caller(self, fn: Callable):
+    def on_caller(self, fn: Callable[[], T]) -> T:
         """``fn()`` on the thread that runs the scheduler (the one that called navigator), from
         any thread of the run: directly when this is it or formats run one at a time, else
         handed over (:class:`CallerCalls`). Returns its result or raises its error."""
@@ -81,7 +90,7 @@ class RunContext:
         return self.calls.run(fn, self.cancel)
 
     @contextlib.contextmanager
-    def measure_gate(self):
+    def measure_gate(self) -> Iterator[None]:
         """Held while a job of this process (a live source's) profiles: no worker runs meanwhile,
         so the measurement is alone on the machine as the race's is."""
         if self.gate is None:
@@ -99,7 +108,7 @@ class RunContext:
                 self.gate.notify_all()
 
     @contextlib.contextmanager
-    def unlocked(self):
+    def unlocked(self) -> Iterator[None]:
         """Let other threads change the record while this one waits (a no-op when sequential)."""
         if self.lock is None:
             yield
@@ -129,20 +138,17 @@ class CallerCalls:
     cores, which halved torch's throughput measured from a second thread (a transformer
     block at batch 64: 18-20k/s against 37-41k/s on the first thread, same process)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         import queue
-        import threading
 
         self.owner = threading.get_ident()
-        self._queue: queue.Queue = queue.Queue()
+        self._queue: queue.Queue[dict[str, Any]] = queue.Queue()
         self._taken = threading.Lock()
 
-    def run(self, fn: Callable, cancel=None):
-        import threading
-
+    def run(self, fn: Callable[[], T], cancel: threading.Event | None = None) -> T:
         if threading.get_ident() == self.owner:
             return fn()
-        item = {"fn": fn, "done": threading.Event(), "taken": False}
+        item: dict[str, Any] = {"fn": fn, "done": threading.Event(), "taken": False}
         self._queue.put(item)
         while not item["done"].wait(0.05):
             if cancel is not None and cancel.is_set():
@@ -152,7 +158,8 @@ class CallerCalls:
                         raise KeyboardInterrupt
         if "error" in item:
             raise item["error"]
-        return item.get("result")
+        result: T = item["result"]     # serve() sets a result or an error, never neither
+        return result
 
     def serve(self) -> None:
         """Run (on the scheduler's thread) everything handed over so far; an error in one is
