@@ -71,6 +71,18 @@ def one_line_error(r, *needles):
     return lines[0]
 
 
+def importable(name: str) -> bool:
+    """The package imports here (installed, and its own imports work: transformers' model
+    classes need torch, matplotlib its backend)."""
+    import importlib
+
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        return False
+    return True
+
+
 def stage_times(ws: Path) -> dict[str, dict[str, float]]:
     """From a workspace's navigator.log: ``{"torch verify [torch-cpu]": {"started": t, "ended": t}}``,
     times in seconds since the epoch (the progress lines every stage writes)."""

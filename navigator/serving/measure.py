@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 STABILITY = 1.10        # max/min over the last windows, for throughput and average latency
 LAST = 3                # windows compared
@@ -195,40 +195,46 @@ class Load:
         return out
 
 
+def _levels(text: str, cast: Callable[[str], Any]) -> list[Any]:
+    """The syntax both sweeps share: ``a,b,…`` (sorted, unique), ``lo:hi`` (doubling, ``hi``
+    always included), ``lo:hi:step`` (linear, Perf Analyzer's), ``x``. ValueError when malformed,
+    not positive, not finite or longer than 64 levels."""
+    if "," in text:
+        values = sorted({cast(v) for v in text.split(",") if v.strip()})
+    elif ":" in text:
+        parts = [cast(v) for v in text.split(":")]
+        if len(parts) not in (2, 3) or not all(0 < x < math.inf for x in parts) or parts[1] < parts[0]:
+            raise ValueError(text)
+        lo, hi = parts[0], parts[1]
+        if len(parts) == 3:
+            n = int((hi - lo) / parts[2] + 1e-9)
+            if n >= 64:
+                raise ValueError(text)
+            values = [type(lo)(round(lo + k * parts[2], 6)) for k in range(n + 1)]
+        else:
+            values, v = [], lo
+            while v < hi and len(values) < 64:
+                values.append(v)
+                v *= 2
+            values.append(hi)
+    else:
+        values = [cast(text)]
+    if not values or len(values) > 64 or not all(0 < x < math.inf for x in values):
+        raise ValueError(text)
+    return values
+
+
 def rate_range(text: str) -> list[float]:
     """``--request-rate``: ``10:80`` -> 10, 20, 40, 80 (doubling); ``10:40:10`` -> 10, 20, 30,
     40 (Perf Analyzer's start:end:step); ``25`` or ``5,50,500``; requests/s, > 0."""
     from navigator.errors import UserInputError
 
     text = str(text).strip()
-    bad = UserInputError(f"--request-rate {text!r}: expected R, START:END (doubling), START:END:STEP or R,S,… "
-                         "(requests/s > 0, ascending)")
     try:
-        if "," in text:
-            values = sorted({float(v) for v in text.split(",") if v.strip()})
-        elif ":" in text:
-            parts = [float(v) for v in text.split(":")]
-            if len(parts) not in (2, 3) or parts[0] <= 0 or parts[1] < parts[0]:
-                raise bad
-            lo, hi = parts[0], parts[1]
-            if len(parts) == 3:
-                if parts[2] <= 0:
-                    raise bad
-                n = int((hi - lo) / parts[2] + 1e-9)
-                values = [round(lo + k * parts[2], 6) for k in range(n + 1)]
-            else:
-                values, r = [], lo
-                while r < hi:
-                    values.append(r)
-                    r *= 2
-                values.append(hi)
-        else:
-            values = [float(text)]
+        return [float(x) for x in _levels(text, float)]
     except ValueError:
-        raise bad from None
-    if not values or min(values) <= 0 or any(v != v or v == float("inf") for v in values) or len(values) > 64:
-        raise bad
-    return values
+        raise UserInputError(f"--request-rate {text!r}: expected R, START:END (doubling), START:END:STEP or "
+                             "R,S,… (requests/s > 0, ascending, at most 64)") from None
 
 
 def read_intervals(path: str | os.PathLike[str]) -> tuple[int, ...]:
@@ -265,27 +271,7 @@ def concurrency_range(text: str) -> list[int]:
 
     text = str(text).strip()
     try:
-        if "," in text:
-            values = sorted({int(v) for v in text.split(",") if v.strip()})
-        elif ":" in text:
-            parts = [int(v) for v in text.split(":")]
-            if len(parts) not in (2, 3):
-                raise ValueError
-            lo, hi = parts[0], parts[1]
-            if lo < 1 or hi < lo:
-                raise ValueError
-            if len(parts) == 3:
-                if parts[2] < 1:
-                    raise ValueError
-                values = list(range(lo, hi + 1, parts[2]))
-            else:
-                values, c = [], lo
-                while c < hi:
-                    values.append(c)
-                    c *= 2
-                values.append(hi)
-        else:
-            values = [int(text)]
+        values = [int(x) for x in _levels(text, int)]
     except ValueError:
         raise UserInputError(f"--concurrency {text!r}: expected N, START:END (doubling), START:END:STEP or "
                              "N,M,…") from None

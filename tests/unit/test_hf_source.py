@@ -13,20 +13,14 @@ from navigator.errors import UserInputError
 from navigator.sources import hf_folder, hf_inputs
 from navigator.sources.hf_inputs import HFInput
 
+from ..conftest import importable
+
 needs_transformers = pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
                                         reason="needs transformers (pip install 'navigator[hf]')")
 
 
-def _torch_usable() -> bool:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 # transformers' model classes, which the task is read from, import torch
-needs_torch = pytest.mark.skipif(not _torch_usable(), reason="needs torch (transformers' model classes import it)")
+needs_torch = pytest.mark.skipif(not importable("torch"), reason="needs torch (transformers' model classes import it)")
 
 
 def _folder(tmp_path, config=None, files=("model.safetensors",)):

@@ -16,6 +16,8 @@ from navigator.serving.measure import Load
 from navigator.serving.search import Candidate, Objective, Space
 from navigator.triton import config as cfg_mod
 
+from ..conftest import importable
+
 BASE = '''name: "m"
 backend: "onnxruntime"
 max_batch_size: 8
@@ -141,15 +143,8 @@ def _png(path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, len(data)
 
 
-def _has_matplotlib() -> bool:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-needs_matplotlib = pytest.mark.skipif(not _has_matplotlib(), reason="needs matplotlib (pip install 'navigator[serve]')")
+needs_matplotlib = pytest.mark.skipif(not importable("matplotlib"),
+                                      reason="needs matplotlib (pip install 'navigator[serve]')")
 
 
 @needs_matplotlib

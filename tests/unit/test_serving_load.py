@@ -25,7 +25,8 @@ def test_request_rate_syntax(text, expected):
     assert rate_range(text) == expected
 
 
-@pytest.mark.parametrize("text", ["0", "-5", "10:5", "a", "1:2:0", "1:2:3:4", "nan", "inf", ""])
+@pytest.mark.parametrize("text", ["0", "-5", "10:5", "a", "1:2:0", "1:2:3:4", "nan", "inf", "", "1:inf:1", "1:1e9:1",
+                                  "1:inf", "nan:4"])
 def test_bad_request_rates_are_one_line(text):
     with pytest.raises(UserInputError, match="--request-rate"):
         rate_range(text)
