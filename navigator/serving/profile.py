@@ -36,125 +36,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from navigator.errors import NavigatorError, UserInputError
-from navigator.serving.outputs import backend_of, build_record, gpu_memory_mb, write_outputs
+from navigator.serving import budget, probe, remote
 from navigator.serving import search as search_mod
-from navigator.serving.measure import (DEFAULT_WINDOW_MS, LAST, MAX_WINDOWS, MIN_WINDOW_MS, SHARED_MEMORY, Load,
-                                       Measurement, concurrency_range, rate_range, read_intervals)
+from navigator.serving.budget import FINISH_RESERVE_S
+from navigator.serving.measure import DEFAULT_WINDOW_MS, MIN_WINDOW_MS, Load, Measurement
+from navigator.serving.options import ServingOptions
+from navigator.serving.outputs import backend_of, build_record, gpu_memory_mb, write_outputs
 from navigator.serving.search import Candidate, ConfigResult, Objective, Space, StopRule
 
 log = logging.getLogger(__name__)
-
-PERF_ANALYZER_MODES = ("auto", "on", "off")
-WARMUP_S = 0.2
-PA_START_S = 1.0          # perf_analyzer's start-up and connection, roughly
-FINISH_RESERVE_S = 4.0     # seconds of the budget kept for stopping the server and writing the outputs
 
 
 class NoConfiguration(NavigatorError):
     """No configuration met the constraints (or none could be measured). Exit 1."""
 
     exit_code = 1
-
-
-@dataclass(frozen=True)
-class ServingOptions:
-    format: str | None = None                  # workspace format key; default the best
-    concurrency: str | None = None             # None: 1:16 (when no open-loop mode is given)
-    request_rate: str | None = None            # open loop at these rates (requests/s)
-    request_intervals: str | None = None       # open loop at the gaps of this file (µs per line)
-    shared_memory: str = "none"                # none | system
-    batch_sizes: tuple[int, ...] = (1,)
-    measurement_ms: int | None = None          # None: adaptive, DEFAULT_WINDOW_MS at most, MIN_WINDOW_MS at least
-    budget_s: float = 300.0
-    cpu_backends: bool = False
-    python_backend: bool = False
-    perf_analyzer: str = "auto"                # auto | on | off
-    search: str = "brute"                      # brute | quick
-    objective: str = "throughput"              # throughput | p99_latency
-    max_p99_ms: float | None = None
-    min_throughput: float | None = None
-    instance_counts: tuple[int, ...] | None = None      # default 1 … min(4, cores)
-    max_batch_sizes: tuple[int, ...] | None = None      # default powers of 2 up to the emitted max
-    queue_delays_us: tuple[int | None, ...] | None = None   # default (0,); None = no dynamic batching
-    preferred_batch_sizes: tuple[tuple[int, ...] | None, ...] | None = None   # sets searched; None in it: as emitted
-    response_cache: tuple[bool, ...] | None = None      # searched off/on (deterministic models only)
-    apply: str | None = None                   # None: no; "": WS/triton; else a repository
-    tritonserver: str | None = None
-    step: str = "auto"                         # an ensemble's step to search: auto | model | preprocess | …
-    url: str | None = None                     # a server someone else runs: [grpc://|http://]HOST:PORT
-    load_configs: bool = False                 # --url: may load each searched config there (model control)
-
-    def check(self) -> None:
-        if self.measurement_ms is not None and self.measurement_ms < 10:
-            raise UserInputError(f"--measurement-ms {self.measurement_ms}: must be >= 10")
-        if self.budget_s <= 0:
-            raise UserInputError(f"--budget-s {self.budget_s:g}: must be > 0")
-        if self.perf_analyzer not in PERF_ANALYZER_MODES:
-            raise UserInputError(f"--perf-analyzer {self.perf_analyzer!r}: one of {', '.join(PERF_ANALYZER_MODES)}")
-        if self.search not in search_mod.SEARCHES:
-            raise UserInputError(f"--search {self.search!r}: one of {', '.join(search_mod.SEARCHES)}")
-        if self.objective not in search_mod.OBJECTIVES:
-            raise UserInputError(f"--objective {self.objective!r}: one of {', '.join(search_mod.OBJECTIVES)}")
-        if self.max_p99_ms is not None and self.max_p99_ms <= 0:
-            raise UserInputError(f"--max-p99-ms {self.max_p99_ms:g}: must be > 0")
-        if self.min_throughput is not None and self.min_throughput < 0:
-            raise UserInputError(f"--min-throughput {self.min_throughput:g}: must be >= 0")
-        if not self.batch_sizes or min(self.batch_sizes) < 1:
-            raise UserInputError("--batch-sizes: request batch sizes must be >= 1")
-        if self.instance_counts is not None and (not self.instance_counts or min(self.instance_counts) < 1):
-            raise UserInputError("--instance-counts: instance counts must be >= 1")
-        if self.max_batch_sizes is not None and (not self.max_batch_sizes or min(self.max_batch_sizes) < 0):
-            raise UserInputError("--max-batch-sizes: max batch sizes must be >= 0")
-        if self.queue_delays_us is not None and (not self.queue_delays_us or
-                                                 any(d is not None and d < 0 for d in self.queue_delays_us)):
-            raise UserInputError("--queue-delays-us: delays must be >= 0 (or 'none' for no dynamic batching)")
-        self.load()
-        self._check_remote()
-        if not self.step:
-            raise UserInputError("--step: give auto, model, preprocess, postprocess or a step's model name")
-
-    def load(self) -> Load:
-        """The load mode the options ask for (checked)."""
-        given = [f for f, v in (("--concurrency", self.concurrency), ("--request-rate", self.request_rate),
-                                ("--request-intervals", self.request_intervals)) if v is not None]
-        if len(given) > 1:
-            raise UserInputError(f"{given[0]} and {given[1]}: give one load mode")
-        if self.shared_memory not in SHARED_MEMORY:
-            raise UserInputError(f"--shared-memory {self.shared_memory!r}: one of {', '.join(SHARED_MEMORY)}")
-        if self.request_rate is not None:
-            return Load("request_rate", tuple(rate_range(self.request_rate)), shared_memory=self.shared_memory)
-        if self.request_intervals is not None:
-            gaps = read_intervals(self.request_intervals)
-            mean_rate = round(len(gaps) * 1e6 / sum(gaps), 3)
-            return Load("request_intervals", (mean_rate,), intervals_us=gaps,
-                        intervals_file=str(Path(self.request_intervals).expanduser().resolve()),
-                        shared_memory=self.shared_memory)
-        return Load("concurrency", tuple(concurrency_range(self.concurrency or "1:16")),
-                    shared_memory=self.shared_memory)
-
-    def _check_remote(self) -> None:
-        if self.url is None:
-            if self.load_configs:
-                raise UserInputError("--load-configs: only with --url (the local server is navigator's own)")
-            return
-        from navigator.serving.remote import parse_url
-
-        endpoint = parse_url(self.url)
-        if self.shared_memory != "none" and not endpoint.same_host:
-            raise UserInputError(f"--shared-memory {self.shared_memory}: the server at {endpoint.url} is on another "
-                                 "host (system shared memory needs client and server on one machine)")
-        for flag, given in (("--tritonserver", self.tritonserver), ("--cpu-backends", self.cpu_backends),
-                            ("--python-backend", self.python_backend)):
-            if given:
-                raise UserInputError(f"{flag}: not with --url (the server there has its own backends)")
-        searched = [flag for flag, given in (("--instance-counts", self.instance_counts),
-                                             ("--max-batch-sizes", self.max_batch_sizes),
-                                             ("--queue-delays-us", self.queue_delays_us),
-                                             ("--preferred-batch-sizes", self.preferred_batch_sizes),
-                                             ("--response-cache", self.response_cache)) if given]
-        if searched and not self.load_configs:
-            raise UserInputError(f"{searched[0]}: --url measures the model as that server serves it",
-                                 hint="pass --load-configs to load each searched configuration there")
 
 
 @dataclass
@@ -415,7 +311,7 @@ def _search(r: ServingRun, objective: Objective, reporter) -> search_mod.SearchO
     r.env = prepare(quiet=True)
     _choose_tool(r, reporter)
     rule = StopRule()
-    min_point_s = _min_point_s(r)
+    min_point_s = budget.min_point_s(r)
 
     def has_time_point() -> bool:
         return time.monotonic() + min_point_s <= r.deadline
@@ -427,7 +323,7 @@ def _search(r: ServingRun, objective: Objective, reporter) -> search_mod.SearchO
         r.server = server
         if r.opts.url:
             r.remote = server
-            _check_served(r, reporter)
+            remote.check_served(r, reporter)
         r.setup_s += time.monotonic() - t0
         # measurements end early enough for the finish (server stop, tables, plots, report) to fit
         reserve = min(FINISH_RESERVE_S, 0.1 * r.opts.budget_s)
@@ -442,7 +338,7 @@ def _search(r: ServingRun, objective: Objective, reporter) -> search_mod.SearchO
                       + f"): {r.opts.search} search over {space.size()} configuration(s), {r.load.describe()}, "
                         f"{objective.describe()}, budget {r.opts.budget_s:g} s")
         r.configs_left = space.size()
-        need = _min_useful_budget(r, space)
+        need = budget.min_useful_budget(r, space)
         if need > r.opts.budget_s:
             reporter.warn(f"--budget-s {r.opts.budget_s:g} is short: measuring every instance count and queue delay "
                           f"once takes about {need:.0f} s here; the search measures what fits and records the rest "
@@ -480,44 +376,13 @@ def _server(r: ServingRun):
                         tritonserver=r.opts.tritonserver, extra_args=extra)
 
 
-def _check_served(r: ServingRun, reporter) -> None:
-    """--url: the model there is the workspace's. Without --load-configs it is measured as served
-    (one configuration, its own settings); with it, each configuration is loaded there."""
-    from navigator.serving import remote, variants
-
-    where = r.server.endpoint.url
-    served = r.server.served_config(r.model)
-    if served is None:
-        if not r.opts.load_configs:
-            raise UserInputError(f"model {r.model!r} is not loaded at {where}",
-                                 hint="load it there, or pass --load-configs to load the workspace's config "
-                                      "through the model-control API")
-        reporter.info(f"{r.model} is not loaded at {where}: loading the workspace's config there")
-        return
-    diffs = remote.differences(r.base, served)
-    if diffs and not r.opts.load_configs:
-        raise UserInputError(f"the model {r.model!r} at {where} is not the workspace's {r.key} ({diffs[0]})",
-                             hint="serve the workspace's model there, or pass --load-configs to load its config "
-                                  "(the model file there must match)")
-    if r.opts.load_configs:
-        return
-    r.base = r.served = served
-    r.preferred = variants.preferred_sizes(served)
-    groups = list(served.instance_group)
-    count = groups[0].count if groups else 1
-    delay = (served.dynamic_batching.max_queue_delay_microseconds
-             if served.HasField("dynamic_batching") and served.max_batch_size else None)
-    r.space = Space((max(1, count),), (served.max_batch_size,), (delay,))
-    reporter.info(f"measuring {r.model} as served at {where} ({r.space.all()[0].name}); nothing there is changed")
-
-
 def _evaluate(r: ServingRun, cand: Candidate, objective: Objective, rule: StopRule, has_time) -> ConfigResult:
     from navigator.serving import ensemble as serving_ens
     from navigator.serving import variants
 
     t0 = time.monotonic()
     if cand.cache and r.deterministic is None:
-        r.deterministic = _determinism(r, cand) or ""
+        r.deterministic = probe.determinism(r, cand, lambda name: _load(r, name)) or ""
     if cand.cache and r.deterministic:
         return ConfigResult(cand, status="skipped", reason=f"response cache: {r.deterministic}", duration_s=0.0)
     try:
@@ -558,7 +423,7 @@ def _evaluate(r: ServingRun, cand: Candidate, objective: Objective, rule: StopRu
     if mem is not None:
         r.gpu_mem[cand.name] = mem
     if cand.cache:
-        hits, total = _cache_hits(r)
+        hits, total = probe.cache_hits(r)
         if not hits:
             return ConfigResult(cand, status="failed", measurements=measurements, duration_s=time.monotonic() - t0,
                                 reason="response cache: no hit in the statistics, so the server runs without a cache "
@@ -569,76 +434,6 @@ def _evaluate(r: ServingRun, cand: Candidate, objective: Objective, rule: StopRu
                         duration_s=time.monotonic() - t0)
 
 
-def _client(r: ServingRun):
-    """A synchronous client of the measured server, in its protocol."""
-    if getattr(r.server, "protocol", "grpc") == "http":
-        import tritonclient.http as tc
-
-        return tc.InferenceServerClient(_address(r), network_timeout=60.0), tc
-    import tritonclient.grpc as tc
-
-    return tc.InferenceServerClient(r.server.grpc_url), tc
-
-
-def _determinism(r: ServingRun, cand: Candidate) -> str | None:
-    """Before a response cache is measured: the model, served with the cache off, answers two
-    inputs twice each with the same bytes (else a cached answer could differ from a computed one).
-    None when it does, else why not."""
-    import dataclasses
-
-    import numpy as np
-
-    from navigator.serving import variants
-    from navigator.triton import config as cfg_mod
-
-    off = dataclasses.replace(cand, cache=False)
-    variants.write(r.scratch / r.step / "config.pbtxt", variants.variant(r.base, off, preferred=r.preferred))
-    _load(r, r.model)
-    client, tc = _client(r)
-    try:
-        for k in range(min(2, len(r.data.rows))):
-            arrays = r.data.batch(k, 1)
-            inputs = []
-            for name in r.data.names:
-                arr = arrays[name]
-                inp = tc.InferInput(name, list(arr.shape), cfg_mod.triton_dtype(str(arr.dtype))[len("TYPE_"):])
-                inp.set_data_from_numpy(arr)
-                inputs.append(inp)
-            first, second = (client.infer(r.model, inputs) for _ in range(2))
-            for name in r.data.outputs:
-                a, b = first.as_numpy(name), second.as_numpy(name)
-                if a.shape != b.shape or a.tobytes() != b.tobytes():
-                    diff = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) \
-                        if a.shape == b.shape and a.dtype.kind in "fiu" else None
-                    return (f"not searched: {r.model} is not deterministic (output {name} differs between two "
-                            f"runs of one input" + (f" by up to {diff:.3g}" if diff is not None else "") + ")")
-    except Exception as e:      # the server's error: the cache cannot be judged, so it is not searched
-        return f"not searched: the determinism check failed ({' '.join(str(e).split())[:200]})"
-    finally:
-        client.close()
-    return None
-
-
-def _cache_hits(r: ServingRun) -> tuple[int, int]:
-    """(response-cache hits, requests) in the model's statistics since it was last loaded."""
-    client, _ = _client(r)
-    try:
-        if getattr(r.server, "protocol", "grpc") == "http":
-            data = client.get_inference_statistics(r.step)
-        else:
-            data = client.get_inference_statistics(r.step, as_json=True)
-    except Exception:
-        return 0, 0
-    finally:
-        client.close()
-    hits = total = 0
-    for m in data.get("model_stats", []):
-        stats = m.get("inference_stats", {})
-        hits += int((stats.get("cache_hit") or {}).get("count", 0))
-        total += int((stats.get("success") or {}).get("count", 0))
-    return hits, total
-
-
 def _point(r: ServingRun, cand: Candidate, level, batch_size: int) -> Measurement:
     """One point of the sweep at ``level``: a concurrency, or requests/s (open loop)."""
     from navigator.serving import handoff, loadgen
@@ -646,25 +441,25 @@ def _point(r: ServingRun, cand: Candidate, level, batch_size: int) -> Measuremen
 
     load = r.load
     shapes = r.data.shape_flags()
-    window_ms = _window_ms(r)
+    window_ms = budget.window_ms(r)
     r.window_s = window_ms / 1000.0
-    windows = _window_cap(r)
+    windows = budget.window_cap(r)
     r.points_left = max(1, r.points_left - 1)
     concurrency = 0 if load.open_loop else int(level)
     rate = float(level) if load.mode == "request_rate" else None
     intervals = (float(level), load.intervals_file) if load.mode == "request_intervals" else None
-    out_bytes = _output_bytes(r, batch_size) if load.shared_memory != "none" else None
+    out_bytes = probe.output_bytes(r, batch_size) if load.shared_memory != "none" else None
     tail = f"r{level:g}" if load.open_loop else f"c{concurrency}"
     r.commands.setdefault(cand.name, []).append(    # the hand-off is for a real server: full-length windows
-        handoff.command_for(model=r.model, batch_size=batch_size, shapes=shapes, protocol=_protocol(r),
+        handoff.command_for(model=r.model, batch_size=batch_size, shapes=shapes, protocol=probe.protocol(r),
                             load=pa.load_flags(concurrency=concurrency, request_rate=rate,
                                                intervals_file=load.intervals_file if intervals else None,
                                                shared_memory=load.shared_memory, output_bytes=out_bytes),
                             window_ms=r.opts.measurement_ms or DEFAULT_WINDOW_MS,
                             csv_name=f"{cand.name}_b{batch_size}_{tail}.csv"))
     if r.tool == "perf_analyzer":
-        m, _ = pa.measure(r.env.perf_analyzer, r.env.process_env(), model=r.model, url=_address(r),
-                          protocol=_protocol(r), input_data=r.out / "perf_input.json", shapes=shapes,
+        m, _ = pa.measure(r.env.perf_analyzer, r.env.process_env(), model=r.model, url=probe.address(r),
+                          protocol=probe.protocol(r), input_data=r.out / "perf_input.json", shapes=shapes,
                           concurrency=concurrency, batch_size=batch_size, window_ms=window_ms,
                           workdir=r.out / "perf_analyzer", tag=cand.name, max_windows=windows, request_rate=rate,
                           intervals=intervals, shared_memory=load.shared_memory, output_bytes=out_bytes)
@@ -675,75 +470,6 @@ def _point(r: ServingRun, cand: Candidate, level, batch_size: int) -> Measuremen
                             shared_memory=load.shared_memory)
     m.window_ms = window_ms
     return m
-
-
-def _output_bytes(r: ServingRun, batch_size: int) -> int | None:
-    """Bytes of one response's outputs from the config's dims (perf_analyzer's shared-memory
-    output region); None when a dim is dynamic or an output holds strings (its default then)."""
-    import numpy as np
-    from tritonclient.grpc import model_config_pb2 as mc
-
-    from navigator.triton import config as cfg_mod
-
-    total = 0
-    for out in r.served.output:
-        dims = list(out.dims)
-        if any(d < 0 for d in dims) or out.data_type == mc.TYPE_STRING:
-            return None
-        item = np.dtype(cfg_mod.numpy_dtype(mc.DataType.Name(out.data_type))).itemsize
-        total += int(np.prod(dims or [1])) * item * (batch_size if r.served.max_batch_size else 1)
-    return total or None
-
-
-def _protocol(r: ServingRun) -> str:
-    return getattr(r.server, "protocol", "grpc")
-
-
-def _address(r: ServingRun) -> str:
-    return r.server.url if r.opts.url else r.server.grpc_url
-
-
-def _min_point_s(r: ServingRun, window_s: float | None = None) -> float:
-    """The shortest a point can take: 3 windows; with perf_analyzer 3 more (its re-run when
-    it gives up on stability) and its start-up."""
-    window_s = r.window_s if window_s is None else window_s
-    if r.tool == "perf_analyzer":
-        return 2 * LAST * window_s + PA_START_S
-    return LAST * window_s + WARMUP_S + 0.3
-
-
-def _min_useful_budget(r: ServingRun, space: Space) -> float:
-    """What measuring every instance count and delay once (each sweep's first max batch size, as
-    the brute search's first round does) takes at the shortest windows, plus the finish."""
-    shortest = (r.opts.measurement_ms or MIN_WINDOW_MS) / 1000.0
-    per_config = len(r.levels) * len(r.opts.batch_sizes) * _min_point_s(r, shortest)
-    first_round = len(space.instances) * len(space.delays_us) if r.opts.search == "brute" else 1
-    return first_round * per_config + FINISH_RESERVE_S
-
-
-def _window_ms(r: ServingRun) -> int:
-    """This point's window: --measurement-ms when given; else the point's fair share of its
-    configuration's share of the budget over 3 windows (6 with perf_analyzer's re-run), between
-    MIN_WINDOW_MS and DEFAULT_WINDOW_MS, so a short budget still sees every configuration."""
-    if r.opts.measurement_ms is not None:
-        return r.opts.measurement_ms
-    share = (r.config_deadline - time.monotonic()) / max(1, r.points_left)
-    if r.tool == "perf_analyzer":
-        per = (share - PA_START_S) / (2 * LAST)
-    else:
-        per = (share - WARMUP_S - 0.3) / LAST
-    return int(min(DEFAULT_WINDOW_MS, max(MIN_WINDOW_MS, per * 1000.0)))
-
-
-def _window_cap(r: ServingRun) -> int:
-    """Windows this point may take: Perf Analyzer's 10, fewer (3 at least) when the
-    configuration's fair share of the remaining budget (remaining / configurations not
-    yet measured) spread over its remaining points is shorter, so one noisy configuration
-    cannot eat the search; a point cut this way that was not stable says ``stable: false``."""
-    now = time.monotonic()
-    share = (r.config_deadline - now) / max(1, r.points_left) - WARMUP_S
-    room = (r.deadline - now - _min_point_s(r)) / r.window_s + LAST   # what still fits in the whole budget
-    return max(LAST, min(MAX_WINDOWS, int(share / r.window_s), int(room)))
 
 
 def _say(reporter, res: ConfigResult, objective: Objective) -> None:

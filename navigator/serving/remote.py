@@ -21,12 +21,14 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from navigator.errors import UserInputError
 
 if TYPE_CHECKING:  # pragma: no cover
     from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+    from navigator.serving.profile import ServingRun
 
 log = logging.getLogger(__name__)
 
@@ -239,3 +241,36 @@ class RemoteServer:
             self.restore_error = e.message
             log.warning("could not put back %s at %s: %s", ", ".join(self.changed),
                         self.endpoint.url, e.message)
+
+
+def check_served(r: ServingRun, reporter: Any) -> None:
+    """--url: the model there is the workspace's. Without --load-configs it is measured as served
+    (one configuration, its own settings); with it, each configuration is loaded there."""
+    from navigator.serving import variants
+    from navigator.serving.search import Space
+
+    server = cast(RemoteServer, r.server)
+    where = server.endpoint.url
+    served = server.served_config(r.model)
+    if served is None:
+        if not r.opts.load_configs:
+            raise UserInputError(f"model {r.model!r} is not loaded at {where}",
+                                 hint="load it there, or pass --load-configs to load the workspace's config "
+                                      "through the model-control API")
+        reporter.info(f"{r.model} is not loaded at {where}: loading the workspace's config there")
+        return
+    diffs = differences(r.base, served)
+    if diffs and not r.opts.load_configs:
+        raise UserInputError(f"the model {r.model!r} at {where} is not the workspace's {r.key} ({diffs[0]})",
+                             hint="serve the workspace's model there, or pass --load-configs to load its config "
+                                  "(the model file there must match)")
+    if r.opts.load_configs:
+        return
+    r.base = r.served = served
+    r.preferred = variants.preferred_sizes(served)
+    groups = list(served.instance_group)
+    count = groups[0].count if groups else 1
+    delay = (served.dynamic_batching.max_queue_delay_microseconds
+             if served.HasField("dynamic_batching") and served.max_batch_size else None)
+    r.space = Space((max(1, count),), (served.max_batch_size,), (delay,))
+    reporter.info(f"measuring {r.model} as served at {where} ({r.space.all()[0].name}); nothing there is changed")

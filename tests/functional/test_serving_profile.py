@@ -386,7 +386,7 @@ def test_a_model_that_is_not_deterministic_gets_no_cache_searched(tmp_path):
     vary for one input (served with the cache off) is named, and a deterministic one passes."""
     from types import SimpleNamespace
 
-    from navigator.serving import profile
+    from navigator.serving import probe
     from navigator.serving.search import Candidate
     from navigator.triton import config as cfg_mod
     from navigator.triton.server import TritonServer
@@ -399,9 +399,8 @@ def test_a_model_that_is_not_deterministic_gets_no_cache_searched(tmp_path):
     with TritonServer(repo, models=[], log_path=tmp_path / "server.log") as server:
         for name, deterministic in (("noisy", False), ("steady", True)):
             r = SimpleNamespace(scratch=repo, step=name, model=name, base=cfg_mod.read(repo / name / "config.pbtxt"),
-                                preferred=[], server=server, data=_sleepy_data(), opts=SimpleNamespace(url=None),
-                                deadline=0.0, config_deadline=0.0, setup_s=0.0)
-            why = profile._determinism(r, Candidate(2, 0, None, None, True))
+                                preferred=[], server=server, data=_sleepy_data(), opts=SimpleNamespace(url=None))
+            why = probe.determinism(r, Candidate(2, 0, None, None, True), server.load)
             assert (why is None) is deterministic, why
             if not deterministic:
                 assert "not deterministic" in why and "output y differs" in why

@@ -174,10 +174,11 @@ def test_adaptive_windows_fit_a_short_budget_and_the_minimum_useful_budget_is_st
     """Without --measurement-ms each point gets its fair share of its configuration's share of the
     budget (250-2000 ms windows); with it, the window is what was asked. The minimum useful budget
     is what the brute search's first round (every instance count and delay once) takes."""
+    from navigator.serving import budget
     from navigator.serving import profile as prof
     from navigator.serving.search import Space
 
-    monkeypatch.setattr(prof.time, "monotonic", lambda: 1000.0)     # the clock stands still: no timing decides
+    monkeypatch.setattr(budget.time, "monotonic", lambda: 1000.0)   # the clock stands still: no timing decides
 
     def run(measurement_ms=None, tool="navigator", share_s=4.0, points=5):
         r = prof.ServingRun(ws=None, st=None, opts=prof.ServingOptions(measurement_ms=measurement_ms), out=None,
@@ -185,11 +186,11 @@ def test_adaptive_windows_fit_a_short_budget_and_the_minimum_useful_budget_is_st
         r.config_deadline, r.points_left = 1000.0 + share_s, points
         return r
 
-    assert prof._window_ms(run()) == 250                    # 0.8 s a point: the shortest window
-    assert prof._window_ms(run(share_s=10.0)) == 500        # 2 s a point: (2 - 0.5) / 3
-    assert prof._window_ms(run(share_s=100.0)) == 2000       # plenty: the default length
-    assert prof._window_ms(run(measurement_ms=700)) == 700   # asked for: kept
-    assert prof._window_ms(run(tool="perf_analyzer", share_s=25.0)) == 666   # (5 - its start 1) / 6 windows
+    assert budget.window_ms(run()) == 250                    # 0.8 s a point: the shortest window
+    assert budget.window_ms(run(share_s=10.0)) == 500        # 2 s a point: (2 - 0.5) / 3
+    assert budget.window_ms(run(share_s=100.0)) == 2000       # plenty: the default length
+    assert budget.window_ms(run(measurement_ms=700)) == 700   # asked for: kept
+    assert budget.window_ms(run(tool="perf_analyzer", share_s=25.0)) == 666   # (5 - its start 1) / 6 windows
     space = Space(instances=(1, 2), max_batch_sizes=(1, 2, 4), delays_us=(0,))
-    need = prof._min_useful_budget(run(), space)
-    assert need == pytest.approx(2 * 5 * (3 * 0.25 + 0.2 + 0.3) + prof.FINISH_RESERVE_S)
+    need = budget.min_useful_budget(run(), space)
+    assert need == pytest.approx(2 * 5 * (3 * 0.25 + 0.2 + 0.3) + budget.FINISH_RESERVE_S)
