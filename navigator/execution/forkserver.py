@@ -76,10 +76,8 @@ BASE_PRELOAD = ("numpy", "onnx", "polygraphy.backend.onnxrt", "navigator.executi
                 "navigator.execution.stages", "navigator.execution.profiling")
 ZOMBIE_WAIT_S = 1.0    # how long an ended worker's exit waits for the server's word before /proc's
 SPAWN_WAIT_S = 120.0   # the longest a job waits for the server to fork it (it forks between two imports)
-# torch.export.load alone imports much of dynamo and inductor (0.8 s): every worker that loads an
-# ExportedProgram needs them. The ONNX exporter and onnxscript's torch ops come after (0.1 s and 0.3 s
-# more then): torch.onnx itself is lazy, and each conversion to ONNX imported them itself, on the
-# critical path of a live module's run (its ONNX graph is converted from the ExportedProgram).
+# in order: torch; what torch.export.load imports (much of dynamo and inductor); the ONNX exporter and
+# onnxscript's torch ops, which torch.onnx imports lazily (Format.preload and Converter.preload name them)
 TORCH_PRELOAD = ("torch", "torch.export", "torch._dynamo", "torch._inductor.compile_fx",
                  "torch.onnx._internal.exporter._core", "onnxscript.function_libs.torch_lib.ops",
                  "navigator.runners.torch")

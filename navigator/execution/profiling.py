@@ -26,12 +26,9 @@ STABILITY = 1.10          # max/min over the last 3 windows
 MIN_WINDOWS, MAX_WINDOWS, LAST = 3, 10, 3
 MIN_GAIN = 0.05           # stop the batch sweep below this throughput gain
 WARMUP_QUIET = 8          # warm-up ends after this many inferences without a new low
-# A screening whose peak is the largest batch size, TOP_RISE or more above the grid's size before it
-# (x4 smaller), skips the size between them: throughput still rising that steeply across it peaks at
-# the top (the transformer block's every runner: +30-40% from 16 to 64, 32 never ahead of 64). One
-# size less per runner, six of them on a torch source. The price: a curve that peaks between them
-# and falls by the top (16: 4k/s, 32: 6k/s, 64: 5.5k/s) is reported at the top, with its measured
-# figure -- the race then compares the formats at that size.
+# a screening whose peak is the largest batch size, this much above the grid's size before it (x4
+# smaller), skips the size between them: one size less per runner; a curve peaking between them is
+# reported at the top with its measured figure (speed_cpu.md, "Race settings")
 TOP_RISE = 1.25
 
 

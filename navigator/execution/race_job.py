@@ -43,16 +43,11 @@ from navigator.execution.profiling import SCREEN, SCREEN_BUDGET_S  # noqa: F401 
 log = logging.getLogger("navigator.worker")
 
 RACE_MAX_ROUNDS = 30
-# Each race window follows this much unmeasured running: a runner measured right after another
-# ran at about half speed for its first ~50 ms (two onnxruntime sessions of one CNN, batch 16:
-# 43k/s in the first 50 ms after the switch, 82k/s after), which cut every 100 ms race window
-# by a quarter and let a loser's screening figure at another batch size beat the race figures.
+# unmeasured running before each race window: a runner right after another runs slowly at first
+# (benchmarks/results/speed_cpu.md, "Race settings")
 REWARM_S = 0.05
-# A race window: half a full sweep's. Each round pairs the contenders' windows moments apart, so the
-# machine's drift cancels in their ratio (racing.paired_lead) and shorter windows cost few extra rounds
-# (simulated: a 4% lead with window noise 3% -> 4.5%, 7.2 -> 8.0 rounds on average) for a third less
-# time a round. Measured on the transformer block (load 1-2 on 2 cores), 3 contenders x 3 rounds:
-# the race worker 3.7 s instead of 4.0-4.4 (its screening included).
+# a race window, half a full sweep's: rounds pair the contenders moments apart, so drift cancels in
+# their ratio and short windows cost few extra rounds (same section)
 RACE_WINDOW_S = 0.05
 KEEP_LOADED_BYTES = 1 << 30
 PEER_WAIT_S = 120.0   # the longest a window of the calling process may take to come back

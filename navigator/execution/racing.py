@@ -30,39 +30,23 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 UNSTABLE_SPREAD = 0.10      # the profiler's stability bound (last 3 windows within 10%)
-# The least spread a figure counts with: three windows measured back to back can agree within
-# 0.3% and still move by several percent a second later (two onnxruntime graphs of one CNN:
-# screening 82,166/s +- 0.13% vs 81,197/s +- 0.7%, a "separated" 1.2% lead; interleaved
-# windows then found them 0.1% apart). Two figures closer than 2% are never called separated.
+# the least spread a figure counts with: back-to-back windows agree more closely than the machine
+# holds still, so two figures closer than 2% are never called separated (benchmarks/results/
+# speed_cpu.md, "Race settings")
 SPREAD_FLOOR = 0.02
-# The least spread a screening figure counts with against one screened in the other process (a live
-# module's runners are screened by the calling process, before the worker's formats are even
-# converted; the worker screens its own later): measured moments apart, their back-to-back spreads
-# miss the drift between them. Seen on the transformer block: torch.compile screened at 37.7k/s in
-# the calling process, TorchScript at 35.7k/s in the worker, "separated" 1.06x by the 2% floor; in
-# the oracle's interleaved rounds TorchScript was 1.07x ahead. Such a pair is separated only beyond
-# about 1.1x; closer, both are raced, window by window.
+# against a figure screened in the other process (a live module's), moments apart: separated only
+# beyond about 1.1x, closer both are raced window by window (same section)
 CROSS_FLOOR = 0.10
 RACE_MIN_WINDOWS = 3        # race windows a contender gets before it can be dropped or declared the winner
 RACE_LAST = 5               # the spread of a contender's race figure: over its last windows, at most this many
-# Contenders whose race figures are this close (and stable) after RACE_TIE_ROUNDS rounds end the race as a tie:
-# more windows would not separate them (the rule needs the ranges apart, and spreads on a busy
-# machine are wider than 2%), and either is as fast as the other for any deployment decision.
-# Before this rule, two ONNX graphs of one CNN (onnx, onnx-optimized: the same kernels once
-# onnxruntime optimised the first at load) raced all 30 rounds, a third of the run's wall time.
+# contenders this close (and stable) after RACE_TIE_ROUNDS rounds end the race as a tie: more windows
+# would not separate them, and either is as fast for any deployment decision; or, paired over the last
+# RACE_PAIRED rounds, within RACE_TIE on the mean ratio (paired_tie)
 RACE_TIE = 0.02
 RACE_TIE_ROUNDS = 6
-# ... or whose last RACE_PAIRED rounds, paired, put them within RACE_TIE on the mean ratio
-# (paired_tie): drift too wide for stable figures no longer keeps such a pair racing to the budget
-# (two ONNX graphs of one CNN, the same kernels: 21 and 30 rounds at load 1-2).
-# The paired rule: a contender whose window was slower than the leader's in each of the last
-# RACE_PAIRED rounds, by RACE_TIE or more in the median round and on the mean, is out (two equal
-# runners: one of them wins all 5 rounds 1 time in 16, and rarely by 2% on both counts; the order
-# of the contenders alternates from round to round, so being measured first is no lead). Each
-# round measures both moments apart, so drift of the machine -- what widens the window ranges on a
-# busy machine -- cancels in the ratio. The range rule alone took 14-15 rounds to settle TorchScript
-# 1.07x ahead of torch.compile on the transformer block (load 1.3-1.9 on 2 cores, window spreads
-# 0.05-0.08), three quarters of a 17 s run.
+# the paired rule: slower than the leader in each of the last RACE_PAIRED rounds, by RACE_TIE or more in
+# the median round and on the mean, is out (two equal runners: one wins all 5 rounds 1 time in 16; the
+# order alternates, and drift cancels in each round's ratio). Why and what it saved: speed_cpu.md
 RACE_PAIRED = 5
 OUT = "out of the race: "   # a profile's reason for a contender the race dropped (best reads it)
 
