@@ -1,5 +1,7 @@
 """The converter registry: built-in edges plus plugins from the entry-point
-group ``navigator.converters``, both loaded lazily on first use.
+group ``navigator.converters``, both loaded lazily on first use. A built-in edge is
+any module of this package with a ``@register`` class: found by reading the sources
+(``ast``: it imports ``register`` from here), imported only then, so adding one is adding its file.
 
 A duplicate name is an error; an unknown name lists the valid ones; a plugin
 that fails to load is listed as unavailable with its reason; a plugin edge
@@ -8,31 +10,31 @@ with the same (source, target) as a built-in one wins.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import logging
+from pathlib import Path
 
 from navigator.errors import UserInputError
 
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "navigator.converters"
-# built-in edges, by module name under navigator.converters
-BUILTINS = (
-    "onnx_to_onnx_optimized",
-    "onnx_to_openvino",
-    "torch_to_torchscript",
-    "torch_to_torch_export",
-    "torch_to_onnx",
-    "torch_export_to_onnx",
-    "torch_export_to_aoti",
-    "torch_precision",
-    "onnx_to_onnx_fp16",
-    "onnx_to_onnx_int8",
-    "onnx_to_tensorrt",
-    "torch_export_to_torch_tensorrt",
-    "savedmodel_to_tf_trt",
-    "savedmodel_to_onnx",
-)
+
+
+def builtin_modules() -> tuple[str, ...]:
+    """The modules of this package that register converters (they import ``register`` from here),
+    by name, sorted; read as text, nothing imported."""
+    found = []
+    for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError):
+            continue
+        if any(isinstance(node, ast.ImportFrom) and node.module == "navigator.converters.registry"
+               and any(alias.name == "register" for alias in node.names) for node in tree.body):
+            found.append(path.stem)
+    return tuple(found)
 
 
 class DuplicateConverter(ValueError):
@@ -40,8 +42,8 @@ class DuplicateConverter(ValueError):
 
 
 class ConverterRegistry:
-    def __init__(self, builtins: tuple[str, ...] = BUILTINS, entry_point_group: str | None = ENTRY_POINT_GROUP):
-        self._builtins = builtins
+    def __init__(self, builtins: tuple[str, ...] | None = None, entry_point_group: str | None = ENTRY_POINT_GROUP):
+        self._builtins = builtins       # None: builtin_modules(), found when first needed
         self._group = entry_point_group
         self._converters: dict[str, type] = {}
         self._origin: dict[str, str] = {}  # name -> "builtin" | "plugin" | "user"
@@ -73,7 +75,7 @@ class ConverterRegistry:
         if self._loaded:
             return
         self._loaded = True
-        for module in self._builtins:
+        for module in self._builtins if self._builtins is not None else builtin_modules():
             self._loading = "builtin"
             try:
                 mod = importlib.import_module(f"navigator.converters.{module}")

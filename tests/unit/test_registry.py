@@ -96,11 +96,13 @@ def test_default_registry_has_the_builtins():
 
 def test_second_registry_with_builtins_gets_them_too():
     r = ConverterRegistry(entry_point_group=None)
-    from navigator.converters.registry import BUILTINS
+    from navigator.converters.registry import builtin_modules
 
     assert r.names() == sorted(r.get(n).name for n in r.names())
     assert {"onnx_to_onnx_optimized", "onnx_to_openvino"} <= set(r.names())
-    assert len(r.names()) >= len(BUILTINS)
+    modules = builtin_modules()
+    assert len(r.names()) >= len(modules) >= 14
+    assert "torch_precision" in modules and "base" not in modules and "onnx_check" not in modules
     assert set(r._origin.values()) == {"builtin"}
 
 
