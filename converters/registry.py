@@ -34,6 +34,10 @@ def builtin_modules() -> tuple[str, ...]:
         if any(isinstance(node, ast.ImportFrom) and node.module == "navigator.converters.registry"
                and any(alias.name == "register" for alias in node.names) for node in tree.body):
             found.append(path.stem)
+    if not found:   # installed without sources (.pyc only): every module of the package, imported
+        import pkgutil
+
+        found = [m.name for m in pkgutil.iter_modules([str(Path(__file__).resolve().parent)])]
     return tuple(found)
 
 
