@@ -126,7 +126,8 @@ def test_text_classifier_folder_converts_with_no_shapes_or_samples(hf_root, tmp_
     # the critical path: the source's child converts as soon as the reference is stored, beside the
     # source's own verification, not after it
     times = stage_times(ws)
-    assert times["onnx convert"]["started"] < times["torch verify [torch-cpu]"]["ended"], times
+    if "up to 1 format workers" not in (ws / "navigator.log").read_text():   # a one-core machine: in turn
+        assert times["onnx convert"]["started"] < times["torch verify [torch-cpu]"]["ended"], times
     # a re-run finds the folder unchanged and reuses every step
     again = _cli("convert", folder, "--workdir", tmp_path / "wd", *FAST, cwd=tmp_path)
     assert again.returncode == 0 and "resuming" in again.stdout + again.stderr
