@@ -294,6 +294,30 @@ class Workspace:
     def variation_file(self, sample: str) -> Path:
         return self.variation_dir / f"{sample}.npz"
 
+    def remove_stray_temp_files(self) -> list[Path]:
+        """Remove the temp files of atomic writes a killed worker left (``.<name>.<random>.tmp``,
+        navigator.workspace.atomic): regular files only, links and special files left alone.
+        Called under the workspace lock, when a run ends early and when one starts."""
+        import re
+        import stat
+
+        pattern = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
+        removed = []
+        if not self.root.is_dir():
+            return removed
+        for folder, _dirs, files in os.walk(self.root):
+            for name in files:
+                if not pattern.match(name):
+                    continue
+                path = Path(folder) / name
+                try:
+                    if stat.S_ISREG(os.lstat(path).st_mode):
+                        path.unlink()
+                        removed.append(path)
+                except OSError:
+                    continue
+        return removed
+
     def check_no_links(self, *, below: str | os.PathLike | None = None) -> None:
         """Refuse a workspace (or the part of it ``below``) that holds a symbolic link: every file
         Navigator writes lies inside the workspace, and a link there (``samples/`` pointing at

@@ -199,6 +199,7 @@ def _run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_
     timings: dict = {"prepare_s": time.perf_counter() - t0}
     with WorkspaceLock(ws.lock_path):
         ws.check_no_links()
+        ws.remove_stray_temp_files()   # of a run killed outright (SIGKILL): nothing else removed them
         handler = _install_log_handler(ws)
         ctx = None
         try:
@@ -252,6 +253,7 @@ def _run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_
             return RunOutcome(ws, st, code, failures, targets, timings,
                               memory_tree=getattr(getattr(source, "io", None), "memory_tree", None))
         except KeyboardInterrupt as e:
+            ws.remove_stray_temp_files()   # the workers stopped with the run may have been writing
             if ctx is not None:
                 ctx.status.state = "interrupted"
                 _save_if_possible(ctx)
@@ -260,6 +262,7 @@ def _run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_
             stopped.exit_code = 143 if isinstance(e, Terminated) else 130
             raise stopped from None
         except NavigatorError:
+            ws.remove_stray_temp_files()
             if ctx is not None and ctx.status.state == "running":
                 ctx.status.state = "interrupted"   # never leave `running` behind
                 _save_if_possible(ctx)
@@ -270,6 +273,7 @@ def _run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_
                 e.navigator_log = str(ws.log_path)
                 raise
             log.error("the disk is full: %s", e)
+            ws.remove_stray_temp_files()
             if ctx is not None and ctx.status.state == "running":
                 ctx.status.state = "interrupted"
                 _save_if_possible(ctx)

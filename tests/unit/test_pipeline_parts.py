@@ -135,3 +135,23 @@ def test_a_files_format_is_read_from_the_records(tmp_path):
         (tmp_path / name).write_bytes(b"x")
         assert torch_file_kind(tmp_path / name) == kind       # loading it unpickles: a worker opens it
     assert torch_file_kind(tmp_path / "missing.pt") is None
+
+
+def test_a_killed_workers_temp_files_are_removed_and_nothing_else(tmp_path):
+    import os
+
+    from navigator.workspace.layout import Workspace
+
+    ws = Workspace(tmp_path / "m.nav.workspace")
+    outputs = ws.root / "formats" / "onnx" / "outputs" / "onnxruntime-cpu"
+    outputs.mkdir(parents=True)
+    stray = outputs / ".000.npz.2pinhs_g.tmp"          # what atomic_open's mkstemp names
+    stray.write_bytes(b"partial")
+    kept = [outputs / "000.npz", outputs / ".notes.tmp", ws.root / "status.yaml"]
+    for path in kept:
+        path.write_text("x")
+    os.symlink(tmp_path / "elsewhere", outputs / ".001.npz.abcd1234.tmp")   # a link: left alone
+    os.mkfifo(outputs / ".002.npz.abcd1234.tmp")                           # a FIFO: left alone, not opened
+    assert ws.remove_stray_temp_files() == [stray]
+    assert all(p.exists() for p in kept) and not stray.exists()
+    assert (outputs / ".001.npz.abcd1234.tmp").is_symlink()
