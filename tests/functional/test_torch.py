@@ -374,11 +374,12 @@ def test_a_live_module_is_measured_on_the_calling_thread(tmp_path, jobs):
                                runners=["torch", "torchscript", "onnxruntime"], jobs=jobs, max_batch_size=64,
                                profile_budget_s=2, progress=False)
     rs = result.status.formats["torch"].runners["torch-cpu"]
-    assert rs.verify.status == "ok" and rs.profile.status == "ok", (rs.verify, rs.profile)
-    assert 64 in {r.batch_size for r in rs.profile.results}
+    assert rs.verify.status == "ok" and rs.profile.status == "ok" and rs.profile.results, (rs.verify, rs.profile)
     here = threading.get_ident()
     assert any(c[0] != here and c[2] for c in model.calls)   # verified in the job's thread
-    measured = [c for c in model.calls if c[1] == 64]   # a size only the profile's sweep runs (prepare: 3, 4, 16)
+    # sizes the verification never runs (its batch sizes: the samples' 3, 1 and 16): the profile's sweep,
+    # and the preparation before any job (its 4s); however far the sweep got in its budget on a busy machine
+    measured = [c for c in model.calls if c[1] not in set(rs.verify.batch_sizes) | {3}]
     assert measured and all(c[0] == here and not c[2] for c in measured), measured[:3]
     # its screened runner joins the race as a peer (its windows, if a contender, measured here too)
     job = json.loads((result.workspace / "jobs" / "race.json").read_text())
