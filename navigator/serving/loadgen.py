@@ -50,18 +50,23 @@ def measure(url: str, model: str, data: RequestData, *, concurrency: int = 1, ba
                                 deadline, gaps, rate, shared_memory))
 
 
-def _inputs(data: RequestData, batch_size: int) -> list[list]:
-    from tritonclient.grpc import InferInput
-
+def request_inputs(data: RequestData, batch_size: int, client_module=None, count: int | None = None) -> list[list]:
+    """The inputs of each request the load cycles through (every step of a sequence; else at most
+    16, or ``count``), as ``client_module``'s InferInput (tritonclient.grpc by default, or .http)."""
     from navigator.triton import config as cfg_mod
 
+    if client_module is None:
+        import tritonclient.grpc as client_module
+
     out = []
-    for k in range(len(data.rows) if data.sequence_length else min(len(data.rows), 16)):
+    n = count if count is not None else len(data.rows) if data.sequence_length else min(len(data.rows), 16)
+    for k in range(n):
         arrays = data.batch(k, batch_size)
         request = []
         for name in data.names:
             arr = arrays[name]
-            inp = InferInput(name, list(arr.shape), cfg_mod.triton_dtype(str(arr.dtype))[len("TYPE_"):])
+            inp = client_module.InferInput(name, list(arr.shape),
+                                           cfg_mod.triton_dtype(str(arr.dtype))[len("TYPE_"):])
             inp.set_data_from_numpy(arr)
             request.append(inp)
         out.append(request)
@@ -144,7 +149,7 @@ async def _measure(url, model, data, concurrency, batch_size, window_s, max_wind
     from tritonclient.grpc import InferRequestedOutput
     from tritonclient.grpc.aio import InferenceServerClient
 
-    requests = _inputs(data, batch_size)
+    requests = request_inputs(data, batch_size)
     outputs = [InferRequestedOutput(n) for n in data.outputs]
     completions: list[tuple[float, float]] = []
     errors: list[tuple[float, str]] = []

@@ -42,21 +42,14 @@ def determinism(r: ServingRun, cand: Candidate, load: Callable[[str], None]) -> 
     import numpy as np
 
     from navigator.serving import variants
-    from navigator.triton import config as cfg_mod
+    from navigator.serving.loadgen import request_inputs
 
     off = dataclasses.replace(cand, cache=False)
     variants.write(r.scratch / r.step / "config.pbtxt", variants.variant(r.base, off, preferred=r.preferred))
     load(r.model)
     client_, tc = client(r)
     try:
-        for k in range(min(2, len(r.data.rows))):
-            arrays = r.data.batch(k, 1)
-            inputs = []
-            for name in r.data.names:
-                arr = arrays[name]
-                inp = tc.InferInput(name, list(arr.shape), cfg_mod.triton_dtype(str(arr.dtype))[len("TYPE_"):])
-                inp.set_data_from_numpy(arr)
-                inputs.append(inp)
+        for inputs in request_inputs(r.data, 1, tc, count=min(2, len(r.data.rows))):
             first, second = (client_.infer(r.model, inputs) for _ in range(2))
             for name in r.data.outputs:
                 a, b = first.as_numpy(name), second.as_numpy(name)

@@ -367,11 +367,11 @@ def _server(r: ServingRun):
 
     if r.opts.url:
         return RemoteServer(parse_url(r.opts.url), r.scratch, may_load=r.opts.load_configs)
-    from navigator.triton.server import RESPONSE_CACHE_BYTES
+    from navigator.triton.server import CACHE_FLAG
 
     extra = ["--allow-gpu-metrics=true"] if shutil.which("nvidia-smi") else []   # navigator.triton.server: off
     if r.space is not None and True in r.space.caches:    # a searched cache needs the server's cache
-        extra.append(f"--cache-config=local,size={RESPONSE_CACHE_BYTES}")
+        extra.append(CACHE_FLAG)
     return TritonServer(r.scratch, cpu_backends=r.opts.cpu_backends, models=[], log_path=r.out / "tritonserver.log",
                         tritonserver=r.opts.tritonserver, extra_args=extra)
 

@@ -103,6 +103,7 @@ def config_backend(path: Path) -> str | None:
 
 
 RESPONSE_CACHE_BYTES = 64 << 20   # the local response cache's pool when a served config enables it
+CACHE_FLAG = f"--cache-config=local,size={RESPONSE_CACHE_BYTES}"
 
 
 def server_flags(configs) -> list[str]:
@@ -111,7 +112,7 @@ def server_flags(configs) -> list[str]:
     configs = list(configs)
     flags = []
     if any(c.response_cache.enable for c in configs):
-        flags.append(f"--cache-config=local,size={RESPONSE_CACHE_BYTES}")
+        flags.append(CACHE_FLAG)
     if any(g.HasField("rate_limiter") for c in configs for g in c.instance_group):
         flags.append("--rate-limit=execution_count")   # resources: the server sizes them from the configs
     return flags
