@@ -28,6 +28,7 @@ from navigator.serving.inputs import RequestData
 from navigator.serving.measure import MAX_WINDOWS, Measurement, Window, done, summarize
 
 CLIENT_TIMEOUT_S = 60.0
+UNREGISTER_WAIT_S = 10.0   # how long a region the server still uses may delay its unregistering
 MAX_IN_FLIGHT = 1024        # open loop: sends past this many unanswered requests are skipped (errors)
 _SEQUENCE_IDS = itertools.count(1)
 
@@ -96,10 +97,17 @@ class _SystemShm:
         import tritonclient.utils.shared_memory as shm
 
         for name in self.names:
-            try:
-                await self.client.unregister_system_shared_memory(name)
-            except Exception:     # the server may be gone; the local region goes anyway
-                pass
+            deadline = time.monotonic() + UNREGISTER_WAIT_S
+            while True:
+                try:
+                    await self.client.unregister_system_shared_memory(name)
+                    break
+                except Exception as e:
+                    # a request the server still holds keeps the region "in use" a moment after its
+                    # reply; any other error (the server gone) leaves it: the local region goes anyway
+                    if "in use" not in str(e) or time.monotonic() > deadline:
+                        break
+                    await asyncio.sleep(0.05)
         for handle in self.handles:
             try:
                 shm.destroy_shared_memory_region(handle)

@@ -167,7 +167,8 @@ def infer(args, tensors):
             if args.shared_memory and datatype != "BYTES":
                 import tritonclient.utils.shared_memory as shm
 
-                region = "%s_%s_%d" % (MODEL, name, os.getpid())   # no slash: it is part of a URL
+                # unique per call (no slash: it is part of a URL)
+                region = "%s_%s_%d_%s" % (MODEL, name, os.getpid(), os.urandom(4).hex())
                 handle = shm.create_shared_memory_region(region, "/" + region, value.nbytes)
                 regions.append((region, handle))
                 shm.set_shared_memory_region(handle, [value])
@@ -191,12 +192,34 @@ def infer(args, tensors):
             result = client.async_infer(MODEL, inputs, outputs=wanted, **extra).get_result()
         return {{key: result.as_numpy(name) for name, key in OUTPUTS.items()}}
     finally:
-        for name, handle in regions:
-            import tritonclient.utils.shared_memory as shm
+        release(client, regions)
 
-            client.unregister_system_shared_memory(name)
+
+def release(client, regions):
+    """Unregister and remove every region, each even when another step failed (a region left in
+    /dev/shm outlives the process); a failure here is printed, the outputs are kept."""
+    import time
+
+    import tritonclient.utils.shared_memory as shm
+
+    for name, handle in regions:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.unregister_system_shared_memory(name)
+                break
+            except Exception as e:   # noqa: BLE001
+                # the server may still hold the request a moment after its reply: the region is "in use"
+                if "in use" in str(e) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                print("warning: unregistering shared memory %s: %s" % (name, e), file=sys.stderr)
+                break
+        try:
             shm.destroy_shared_memory_region(handle)
-        client.close()
+        except Exception as e:   # noqa: BLE001
+            print("warning: removing shared memory %s: %s" % (name, e), file=sys.stderr)
+    client.close()
 
 
 def main():

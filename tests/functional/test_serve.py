@@ -293,8 +293,8 @@ def test_the_deploy_kit_client_gets_the_reference_outputs_in_every_mode(server_e
             for protocol, url in (("http", server.http_url), ("grpc", server.grpc_url)):
                 out = subprocess.run([sys.executable, kit / "client.py", "--protocol", protocol, "--url", url,
                                       "--reference", *extra], capture_output=True, text=True, timeout=120)
-                assert out.returncode == 0 and "matches the reference" in out.stdout, (protocol, extra, out.stdout,
-                                                                                       out.stderr)
+                assert out.returncode == 0 and "matches the reference" in out.stdout, (
+                    f"{protocol} {extra}: {out.stdout[-500:]}\n{out.stderr[-3000:]}")   # the traceback's end
     assert not [p for p in Path("/dev/shm").iterdir() if p.name.startswith("kitted_")]   # regions removed
     one_line_error(cli("triton", ws, "--repo", repo, "--formats", "onnx", "--model-name", "kitted", "--force",
                        "--deploy", repo / "deploy"), "inside the repository")

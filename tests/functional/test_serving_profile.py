@@ -79,6 +79,13 @@ def sleepy_server(tmp_path_factory):
     (repo / "sleepy" / "1").mkdir(parents=True)
     (repo / "sleepy" / "1" / "model.py").write_text(SLEEPY_PY)
     (repo / "sleepy" / "config.pbtxt").write_text(SLEEPY_CONFIG)
+    (repo / "held" / "1").mkdir(parents=True)     # execute() says when it starts, then holds the request
+    (repo / "held" / "1" / "model.py").write_text(SLEEPY_PY.replace(
+        "self.delay = float", "self.mark = params['MARK']['string_value']; self.delay = float").replace(
+        "time.sleep(self.delay)", "open(self.mark, 'w').close(); time.sleep(self.delay)"))
+    mark = f'parameters {{ key: "MARK" value {{ string_value: "{repo / "held.mark"}" }} }}\n'
+    (repo / "held" / "config.pbtxt").write_text(mark + SLEEPY_CONFIG.replace('"sleepy"', '"held"').replace(
+        f'string_value: "{SERVICE_S}"', 'string_value: "1.0"'))
     with TritonServer(repo, log_path=repo.parent / "sleepy_server.log") as server:
         yield server
 
@@ -305,12 +312,17 @@ def test_open_loop_over_http_with_perf_analyzer(workspace, remote_server):
     assert r.returncode == 0, r.stdout + r.stderr
     sv = yaml.safe_load((workspace / "status.yaml").read_text())["serving"]
     assert sv["tool"] == "perf_analyzer" and sv["load"]["mode"] == "request_rate" and sv["concurrency"] == []
-    points = [p for c in sv["configurations"] for p in c["results"]]
-    assert [p["request_rate"] for p in points] == [50.0, 100.0] and all(p["concurrency"] is None for p in points)
-    for p in points:       # an open loop below saturation serves what it is offered
-        assert 0.8 * p["request_rate"] <= p["throughput"] <= 1.2 * p["request_rate"], p
+    (config,) = sv["configurations"]
+    points = config["results"]
+    rates = [p["request_rate"] for p in points]
+    assert rates in ([50.0], [50.0, 100.0]) and all(p["concurrency"] is None for p in points), points
+    if rates == [50.0]:    # a loaded machine can serve under 90% of 50/s in a 300 ms window: the stop says so
+        assert "saturated" in config["reason"], config
+    for p in points:       # an open loop serves at most what it is offered (a window's rounding aside)
+        assert 0 < p["throughput"] <= 1.5 * p["request_rate"], p
+    best = config["best"]["request_rate"]
     script = (workspace / "serving" / "perf_analyzer.sh").read_text()
-    assert "-i http" in script and "--request-rate-range 100:100" in script
+    assert "-i http" in script and f"--request-rate-range {best:g}:{best:g}" in script
     assert f'URL="${{TRITON_URL:-${{TRITON_GRPC_URL:-{remote_server.http_url}}}}}"' in script
 
 
@@ -404,3 +416,74 @@ def test_a_model_that_is_not_deterministic_gets_no_cache_searched(tmp_path):
             assert (why is None) is deterministic, why
             if not deterministic:
                 assert "not deterministic" in why and "output y differs" in why
+
+
+def test_a_region_the_server_still_uses_is_unregistered_once_it_is_free(sleepy_server, tmp_path):
+    """Triton refuses to unregister a region a request still holds ("currently in use"), which
+    it can for a moment after the reply: the load generator and the deploy kit's client wait
+    for it rather than leave the region registered. Here the request is held in execute()."""
+    import asyncio
+    import importlib.util
+    import os
+    import queue
+    import time
+
+    import tritonclient.grpc as grpcclient
+    import tritonclient.utils.shared_memory as shm
+
+    from navigator.serving import loadgen
+    from navigator.triton import deploy
+
+    x = np.arange(4, dtype=np.float32)
+    mark = sleepy_server.repo / "held.mark"
+
+    def wait_for_execute():
+        deadline = time.monotonic() + 60
+        while not mark.exists():
+            assert time.monotonic() < deadline, "the request never reached execute()"
+            time.sleep(0.01)
+        mark.unlink()
+
+    async def through_loadgen():
+        from tritonclient.grpc.aio import InferenceServerClient
+
+        client = InferenceServerClient(sleepy_server.grpc_url)
+        regions = loadgen._SystemShm(client, f"navtest_{os.getpid()}")
+        handle, name = await regions.region("in", x.nbytes)
+        shm.set_shared_memory_region(handle, [x])
+        inp = grpcclient.InferInput("x", [4], "FP32")
+        inp.set_shared_memory(name, x.nbytes)
+        pending = asyncio.ensure_future(client.infer("held", [inp]))
+        await asyncio.to_thread(wait_for_execute)
+        await regions.close()
+        result = await pending
+        await client.close()
+        return result.as_numpy("y")
+
+    np.testing.assert_array_equal(asyncio.run(through_loadgen()), 2 * x)
+
+    client_py = tmp_path / "client.py"
+    client_py.write_text(deploy.CLIENT.format(model="held", inputs={"x": ("x", "FP32")}, outputs={"y": "y"},
+                                              batching=False, stateful=False))
+    spec = importlib.util.spec_from_file_location("kit_client", client_py)
+    kit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kit)
+    client = grpcclient.InferenceServerClient(sleepy_server.grpc_url)
+    name = f"navkit_{os.getpid()}"
+    handle = shm.create_shared_memory_region(name, "/" + name, x.nbytes)
+    shm.set_shared_memory_region(handle, [x])
+    client.register_system_shared_memory(name, "/" + name, x.nbytes)
+    inp = grpcclient.InferInput("x", [4], "FP32")
+    inp.set_shared_memory(name, x.nbytes)
+    answers: queue.Queue = queue.Queue()
+    client.async_infer("held", [inp], lambda result, error: answers.put((result, error)))
+    wait_for_execute()
+    kit.release(grpcclient.InferenceServerClient(sleepy_server.grpc_url), [(name, handle)])
+    result, error = answers.get(timeout=60)
+    assert error is None, error
+    np.testing.assert_array_equal(result.as_numpy("y"), 2 * x)
+    client.close()
+    status = grpcclient.InferenceServerClient(sleepy_server.grpc_url).get_system_shared_memory_status()
+    mine = (f"navtest_{os.getpid()}", f"navkit_{os.getpid()}")
+    assert not [r for r in status.regions if r.startswith(mine)], status
+    assert not [p for p in Path("/dev/shm").iterdir() if p.name.startswith(mine)]
