@@ -4,7 +4,7 @@
 import os
 import sys
 
-from navigator.execution.forkserver import main
+from navigator.execution.forkserver_process import main
 
 if __name__ == "__main__":
     code = main(sys.argv[1:])
