@@ -24,12 +24,11 @@ exception escapes a public function for any ``str`` input.
 
 from __future__ import annotations
 
-import math
-import re
-from dataclasses import dataclass
-from typing import Mapping, NoReturn
+from typing import Mapping
 
 from navigator.errors import UserInputError
+from navigator.spec_syntax import (  # noqa: F401 - MAX_DIM is part of this module's interface
+    DIGITS_RE, MAX_DIM, SPECIAL, Cursor, check_dup, read_number, read_pos_int, show_token)
 from navigator.validators.tolerances import MODES
 
 __all__ = [
@@ -49,8 +48,6 @@ __all__ = [
     "parse_value_ranges",
 ]
 
-MAX_DIM = 2**31 - 1
-"""Largest dimension / batch size accepted (INT32_MAX, as TensorRT)."""
 
 ALL_OUTPUTS = "*"
 """Key used by :func:`parse_compare` for "every output"."""
@@ -98,185 +95,12 @@ _USAGE = {
     "batch_sizes": "expected positive integers, e.g. 1,2,4",
 }
 
-_NUMBER_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-_DIGITS_RE = re.compile(r"[0-9]+")
-_SPECIAL = frozenset(":,'\"")
-
-
-def _show(s: str) -> str:
-    """Quote a token for an error message, escaping anything unprintable."""
-    if len(s) > 80:
-        return repr(s[:60]) + f"... ({len(s)} chars)"
-    return repr(s)
-
-
-# --------------------------------------------------------------------------
-# tokenizer
-
-
-@dataclass(frozen=True)
-class _Tok:
-    kind: str  # "word", ":" or ","
-    text: str
-    quoted: bool
-    start: int
-    end: int
-
-
-def _tokenize(text: str, option: str, usage: str) -> list[_Tok]:
-    toks: list[_Tok] = []
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch.isspace():
-            i += 1
-        elif ch in ":,":
-            toks.append(_Tok(ch, ch, False, i, i + 1))
-            i += 1
-        elif ch in "'\"":
-            close = text.find(ch, i + 1)
-            if close < 0:
-                raise UserInputError(
-                    f"{option}: unterminated quote {ch} in {_show(text[i:])} ({usage})"
-                )
-            toks.append(_Tok("word", text[i + 1 : close], True, i, close + 1))
-            i = close + 1
-        else:
-            j = i
-            while j < n and not (text[j] in _SPECIAL or text[j].isspace()):
-                j += 1
-            toks.append(_Tok("word", text[i:j], False, i, j))
-            i = j
-    return toks
-
-
-class _Cursor:
-    """Walks the token list of one option value, producing tailored errors."""
-
-    def __init__(self, text: str, option: str, usage_key: str):
-        if not isinstance(text, str):
-            raise UserInputError(f"{option}: expected a string, got {type(text).__name__}")
-        self.text = text
-        self.option = option
-        self.usage = _USAGE[usage_key]
-        self.toks = _tokenize(text, option, self.usage)
-        self.i = 0
-        self.entry_start = 0
-        self.last_end = 0
-        if not self.toks:
-            self.fail("value is empty")
-
-    # -- helpers ---------------------------------------------------------
-    def fail(self, message: str) -> NoReturn:
-        raise UserInputError(f"{self.option}: {message} ({self.usage})")
-
-    def entry(self) -> str:
-        return _show(self.text[self.entry_start : self.last_end].strip())
-
-    def at_end(self) -> bool:
-        return self.i >= len(self.toks)
-
-    def peek(self, ahead: int = 0) -> _Tok | None:
-        k = self.i + ahead
-        return self.toks[k] if k < len(self.toks) else None
-
-    def take(self) -> _Tok:
-        tok = self.toks[self.i]
-        self.i += 1
-        self.last_end = tok.end
-        return tok
-
-    def begin_entry(self) -> None:
-        tok = self.peek()
-        self.entry_start = tok.start if tok is not None else len(self.text)
-        self.last_end = self.entry_start
-
-    # -- grammar pieces --------------------------------------------------
-    def name(self) -> str:
-        tok = self.peek()
-        if tok is None:
-            self.fail("expected a name at the end of the value")
-        if tok.kind == ":":
-            rest = self.text[tok.start :].split(",", 1)[0]
-            self.fail(f"missing name before ':' in {_show(rest)}")
-        if tok.kind == ",":
-            self.fail(f"empty entry at position {tok.start} in {_show(self.text)}")
-        self.take()
-        if tok.quoted and not tok.text:
-            self.fail(f"empty quoted name in {_show(self.text)}")
-        return tok.text
-
-    def colon(self, name: str) -> None:
-        tok = self.peek()
-        if tok is None or tok.kind != ":":
-            got = "end of value" if tok is None else _show(tok.text)
-            self.fail(f"expected ':' after name {_show(name)}, got {got}")
-        self.take()
-
-    def value(self, what: str, name: str | None) -> str:
-        where = f"after {_show(name + ':')}" if name is not None else f"in {_show(self.text)}"
-        tok = self.peek()
-        if tok is None or tok.kind != "word":
-            got = "end of value" if tok is None else _show(tok.text)
-            self.fail(f"missing {what} {where}, got {got}")
-        self.take()
-        if tok.quoted:
-            self.fail(f"{what} {_show(tok.text)} {where} must not be quoted")
-        return tok.text
-
-    def comma(self, after: str) -> None:
-        tok = self.peek()
-        if tok is None or tok.kind != ",":
-            got = "end of value" if tok is None else _show(tok.text)
-            self.fail(f"expected ',' after {after}, got {got}")
-        self.take()
-
-    def next_entry(self) -> bool:
-        """Consume the separator after an entry; False at the end of the text."""
-        tok = self.peek()
-        if tok is None:
-            return False
-        if tok.kind != ",":
-            self.fail(
-                f"unexpected {_show(tok.text)} after {self.entry()}; separate entries with ','"
-            )
-        self.take()
-        if self.at_end():
-            self.fail(f"trailing ',' in {_show(self.text)}")
-        return True
-
-
-def _number(cur: _Cursor, tok: str, what: str) -> float:
-    if not _NUMBER_RE.fullmatch(tok):
-        cur.fail(f"bad {what} {_show(tok)} in {cur.entry()}: not a number")
-    value = float(tok)
-    if not math.isfinite(value):
-        cur.fail(f"bad {what} {_show(tok)} in {cur.entry()}: not a finite number")
-    return value
-
-
-def _pos_int(cur: _Cursor, tok: str, what: str) -> int:
-    if not _DIGITS_RE.fullmatch(tok):
-        cur.fail(f"bad {what} {_show(tok)} in {cur.entry()}: not a positive integer")
-    stripped = tok.lstrip("0")
-    if len(stripped) > len(str(MAX_DIM)) or (stripped and int(stripped) > MAX_DIM):
-        cur.fail(f"{what} {_show(tok)} in {cur.entry()} exceeds {MAX_DIM}")
-    value = int(stripped or "0")
-    if value == 0:
-        cur.fail(f"zero-size {what} {_show(tok)} in {cur.entry()} (must be >= 1)")
-    return value
-
-
-def _check_dup(cur: _Cursor, seen: Mapping[str, object], name: str) -> None:
-    if name in seen:
-        cur.fail(f"duplicate name {_show(name)} in {_show(cur.text)}")
-
 
 # --------------------------------------------------------------------------
 # public parsers
 
 
-def _parse_dims(cur: _Cursor, tok: str) -> tuple[int, ...]:
+def _parse_dims(cur: Cursor, tok: str) -> tuple[int, ...]:
     if tok == "[]":
         return ()
     dims: list[int] = []
@@ -287,24 +111,24 @@ def _parse_dims(cur: _Cursor, tok: str) -> tuple[int, ...]:
             rest = tok[pos:]
             if k == len(pieces) - 1 and k > 0:
                 cur.fail(f"missing dimension after trailing 'x' in {cur.entry()}")
-            cur.fail(f"bad dimension {_show(rest)} in {cur.entry()}")
-        if not _DIGITS_RE.fullmatch(piece):
-            cur.fail(f"bad dimension {_show(piece)} in {cur.entry()}")
-        dims.append(_pos_int(cur, piece, "dimension"))
+            cur.fail(f"bad dimension {show_token(rest)} in {cur.entry()}")
+        if not DIGITS_RE.fullmatch(piece):
+            cur.fail(f"bad dimension {show_token(piece)} in {cur.entry()}")
+        dims.append(read_pos_int(cur, piece, "dimension"))
         pos += len(piece) + 1
     return tuple(dims)
 
 
 def parse_shapes(text: str, option: str = "--shapes") -> dict[str, tuple[int, ...]]:
     """Parse trtexec-style ``name:1x3x224x224,other:1x16`` (``name:[]`` = scalar)."""
-    cur = _Cursor(text, option, "shapes")
+    cur = Cursor(text, option, _USAGE["shapes"])
     out: dict[str, tuple[int, ...]] = {}
     while True:
         cur.begin_entry()
         name = cur.name()
         cur.colon(name)
         out_dims = _parse_dims(cur, cur.value("dimensions", name))
-        _check_dup(cur, out, name)
+        check_dup(cur, out, name)
         out[name] = out_dims
         if not cur.next_entry():
             return out
@@ -314,20 +138,20 @@ def parse_value_ranges(
     text: str, option: str = "--value-ranges"
 ) -> dict[str, tuple[float, float]]:
     """Parse ``ids:0,1000,mask:0,2`` into ``{name: (low, high)}`` with low < high."""
-    cur = _Cursor(text, option, "value_ranges")
+    cur = Cursor(text, option, _USAGE["value_ranges"])
     out: dict[str, tuple[float, float]] = {}
     while True:
         cur.begin_entry()
         name = cur.name()
         cur.colon(name)
         lo_tok = cur.value("low value", name)
-        cur.comma(f"low value {_show(lo_tok)} of {_show(name)}")
+        cur.comma(f"low value {show_token(lo_tok)} of {show_token(name)}")
         hi_tok = cur.value("high value", name)
-        lo = _number(cur, lo_tok, "low value")
-        hi = _number(cur, hi_tok, "high value")
+        lo = read_number(cur, lo_tok, "low value")
+        hi = read_number(cur, hi_tok, "high value")
         if not lo < hi:
             cur.fail(f"low {lo_tok} >= high {hi_tok} in {cur.entry()} (need low < high)")
-        _check_dup(cur, out, name)
+        check_dup(cur, out, name)
         out[name] = (lo, hi)
         if not cur.next_entry():
             return out
@@ -335,7 +159,7 @@ def parse_value_ranges(
 
 def parse_dtypes(text: str, option: str = "--dtypes") -> dict[str, str]:
     """Parse ``ids:int32,x:fp16`` into canonical numpy dtype names."""
-    cur = _Cursor(text, option, "dtypes")
+    cur = Cursor(text, option, _USAGE["dtypes"])
     out: dict[str, str] = {}
     while True:
         cur.begin_entry()
@@ -345,11 +169,11 @@ def parse_dtypes(text: str, option: str = "--dtypes") -> dict[str, str]:
         canonical = DTYPE_ALIASES.get(tok.lower())
         if canonical is None:
             cur.fail(
-                f"unknown dtype {_show(tok)} in {cur.entry()}; allowed: "
+                f"unknown dtype {show_token(tok)} in {cur.entry()}; allowed: "
                 + ", ".join(DTYPES)
                 + " (aliases: fp32, float, fp16, half, bf16, fp64, double)"
             )
-        _check_dup(cur, out, name)
+        check_dup(cur, out, name)
         out[name] = canonical
         if not cur.next_entry():
             return out
@@ -375,7 +199,7 @@ def parse_output_kinds(text: str, option: str = "--output-kinds") -> dict[str, s
     """Parse ``probs:probabilities,output0:detections`` (navigator.validators.kinds.KINDS)."""
     from navigator.validators.kinds import KINDS
 
-    cur = _Cursor(text, option, "output_kinds")
+    cur = Cursor(text, option, _USAGE["output_kinds"])
     out: dict[str, str] = {}
     while True:
         cur.begin_entry()
@@ -383,8 +207,8 @@ def parse_output_kinds(text: str, option: str = "--output-kinds") -> dict[str, s
         cur.colon(name)
         tok = cur.value("output kind", name).lower()
         if tok not in KINDS:
-            cur.fail(f"unknown output kind {_show(tok)} in {cur.entry()}; allowed: {', '.join(KINDS)}")
-        _check_dup(cur, out, name)
+            cur.fail(f"unknown output kind {show_token(tok)} in {cur.entry()}; allowed: {', '.join(KINDS)}")
+        check_dup(cur, out, name)
         out[name] = tok
         if not cur.next_entry():
             return out
@@ -398,7 +222,7 @@ def parse_compare(
     Returns ``{name: (mode, value)}``; ``value`` is None for tolerance, exact
     and skip. The key ``"*"`` (see :data:`ALL_OUTPUTS`) means every output.
     """
-    cur = _Cursor(text, option, "compare")
+    cur = Cursor(text, option, _USAGE["compare"])
     out: dict[str, tuple[str, float | None]] = {}
     while True:
         cur.begin_entry()
@@ -409,26 +233,26 @@ def parse_compare(
         mode_key = mode.lower()
         if mode_key not in COMPARE_MODES:
             cur.fail(
-                f"unknown compare mode {_show(mode)} in {cur.entry()}; allowed: "
+                f"unknown compare mode {show_token(mode)} in {cur.entry()}; allowed: "
                 + ", ".join(COMPARE_MODES)
             )
         bounds = COMPARE_MODES[mode_key]
         value: float | None = None
         if bounds is None:
             if eq:
-                cur.fail(f"compare mode {_show(mode)} takes no value, got {_show(tok)} in {cur.entry()}")
+                cur.fail(f"compare mode {show_token(mode)} takes no value, got {show_token(tok)} in {cur.entry()}")
         else:
             if not eq:
                 cur.fail(
-                    f"compare mode {_show(mode)} needs a value, e.g. {mode_key}=0.99, in {cur.entry()}"
+                    f"compare mode {show_token(mode)} needs a value, e.g. {mode_key}=0.99, in {cur.entry()}"
                 )
-            value = _number(cur, raw, f"{mode_key} value")
+            value = read_number(cur, raw, f"{mode_key} value")
             lo, hi = bounds
             if not lo <= value <= hi:
                 cur.fail(
-                    f"{mode_key} value {_show(raw)} in {cur.entry()} is outside [{lo:g}, {hi:g}]"
+                    f"{mode_key} value {show_token(raw)} in {cur.entry()} is outside [{lo:g}, {hi:g}]"
                 )
-        _check_dup(cur, out, name)
+        check_dup(cur, out, name)
         out[name] = (mode_key, value)
         if not cur.next_entry():
             return out
@@ -436,7 +260,7 @@ def parse_compare(
 
 def parse_tolerance(text: str, option: str = "--atol") -> dict[str, float]:
     """Parse ``1e-3`` -> ``{"": 1e-3}`` or ``1e-4,logits:1e-3`` (``""`` = default)."""
-    cur = _Cursor(text, option, "tolerance")
+    cur = Cursor(text, option, _USAGE["tolerance"])
     out: dict[str, float] = {}
     while True:
         cur.begin_entry()
@@ -451,15 +275,15 @@ def parse_tolerance(text: str, option: str = "--atol") -> dict[str, float]:
             tok = cur.take().text
             key = ""
             if key in out:
-                cur.fail(f"more than one default tolerance ({_show(tok)}) in {_show(cur.text)}")
+                cur.fail(f"more than one default tolerance ({show_token(tok)}) in {show_token(cur.text)}")
         else:
             key = cur.name()
             cur.colon(key)
             tok = cur.value("tolerance", key)
-            _check_dup(cur, out, key)
-        value = _number(cur, tok, "tolerance")
+            check_dup(cur, out, key)
+        value = read_number(cur, tok, "tolerance")
         if value < 0:
-            cur.fail(f"negative tolerance {_show(tok)} in {cur.entry()} (must be >= 0)")
+            cur.fail(f"negative tolerance {show_token(tok)} in {cur.entry()} (must be >= 0)")
         out[key] = value + 0.0  # normalise -0.0
         if not cur.next_entry():
             return out
@@ -467,12 +291,12 @@ def parse_tolerance(text: str, option: str = "--atol") -> dict[str, float]:
 
 def parse_batch_sizes(text: str, option: str = "--batch-sizes") -> tuple[int, ...]:
     """Parse ``1,2,4`` into a sorted tuple of unique positive ints."""
-    cur = _Cursor(text, option, "batch_sizes")
+    cur = Cursor(text, option, _USAGE["batch_sizes"])
     sizes: set[int] = set()
     while True:
         cur.begin_entry()
         tok = cur.value("batch size", None)
-        sizes.add(_pos_int(cur, tok, "batch size"))
+        sizes.add(read_pos_int(cur, tok, "batch size"))
         if not cur.next_entry():
             return tuple(sorted(sizes))
 
@@ -491,15 +315,15 @@ def format_shape(shape: tuple[int, ...]) -> str:
 def format_name(name: str) -> str:
     """Return ``name`` as the tokenizer reads it back, quoting it if needed."""
     if not isinstance(name, str) or not name:
-        raise UserInputError(f"cannot format name {_show(str(name))}: names must be non-empty strings")
-    if not any(c in _SPECIAL or c.isspace() for c in name):
+        raise UserInputError(f"cannot format name {show_token(str(name))}: names must be non-empty strings")
+    if not any(c in SPECIAL or c.isspace() for c in name):
         return name
     if "'" not in name:
         return f"'{name}'"
     if '"' not in name:
         return f'"{name}"'
     raise UserInputError(
-        f"name {_show(name)} contains both quote characters and cannot be written in a spec"
+        f"name {show_token(name)} contains both quote characters and cannot be written in a spec"
     )
 
 
@@ -534,19 +358,19 @@ def merge_profile(
     for name in names:
         for key, opt_name in _PROFILE_OPTIONS:
             if name not in given[key]:
-                raise UserInputError(f"{opt_name} is missing for {_show(name)}")
+                raise UserInputError(f"{opt_name} is missing for {show_token(name)}")
         prof = {key: tuple(given[key][name]) for key, _ in _PROFILE_OPTIONS}
         ranks = {key: len(s) for key, s in prof.items()}
         if len(set(ranks.values())) != 1:
             raise UserInputError(
-                f"shape profile for {_show(name)}: rank mismatch: "
+                f"shape profile for {show_token(name)}: rank mismatch: "
                 + ", ".join(f"{k} {format_shape(prof[k])} (rank {ranks[k]})" for k in prof)
             )
         for lo, hi in (("min", "max"), ("min", "opt"), ("opt", "max")):
             for dim, (a, b) in enumerate(zip(prof[lo], prof[hi])):
                 if a > b:
                     raise UserInputError(
-                        f"shape profile for {_show(name)}: {lo} {format_shape(prof[lo])} > "
+                        f"shape profile for {show_token(name)}: {lo} {format_shape(prof[lo])} > "
                         f"{hi} {format_shape(prof[hi])} at dim {dim}"
                     )
         out[name] = prof

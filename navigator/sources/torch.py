@@ -44,7 +44,7 @@ class TorchSource(Source):
 
     def resolve(self, samples: Any, config, batch_dim_option: int | None, no_batching: bool):
         """(input signature, user batches as {name: ndarray} or None, batch dim)."""
-        from navigator.sources import torch_support as ts
+        from navigator.sources import torch_reference as tr, torch_support as ts
         from navigator.types import ModelSignature, TensorSpec
 
         raw = folder = None
@@ -64,7 +64,7 @@ class TorchSource(Source):
             if not taken:
                 raise UserInputError("samples: the iterable gave no batches")
             self.io = ts.call_convention(self.obj, taken[0])
-            raw = [ts.user_batch_to_numpy(b, self.io, f"sample {i}") for i, b in enumerate(taken)]
+            raw = [tr.user_batch_to_numpy(b, self.io, f"sample {i}") for i, b in enumerate(taken)]
         elif config.samples:
             from navigator.workspace import npz
 
@@ -131,7 +131,7 @@ class TorchSource(Source):
         nothing said so: ``dtypes`` and ``index_bounds`` are updated, each change said in a warning."""
         import logging
 
-        from navigator.sources import torch_support as ts
+        from navigator.sources import torch_reference as tr
 
         if raw:
             shapes = {n: raw[0][n].shape for n in self.io.inputs}
@@ -146,7 +146,7 @@ class TorchSource(Source):
             return
         if len(shapes) != len(self.io.inputs):
             return
-        bounds, now_int = ts.find_index_inputs(self.obj, self.io, shapes, dtypes)
+        bounds, now_int = tr.find_index_inputs(self.obj, self.io, shapes, dtypes)
         given = set((config.value_ranges or {}))
         for name in now_int:
             if name in self.generated_float:
@@ -170,14 +170,14 @@ class TorchSource(Source):
         a corner batch the model does not run is refused, any other failure is an error.
         ``value_ranges``: embeddings' indices are checked against their tables."""
         from navigator.execution.profiling import batch_of
-        from navigator.sources import torch_support as ts
+        from navigator.sources import torch_reference as tr
         from navigator.types import TensorSpec
 
         corners = set(corners)
         checked = {k: tuple(v) for k, v in (value_ranges or {}).items()}
         regular = [b for i, b in enumerate(batches) if i not in corners]
         try:
-            outputs, _ = ts.run_reference(self.obj, self.io, regular, checked)
+            outputs, _ = tr.run_reference(self.obj, self.io, regular, checked)
         except UserInputError:
             raise
         except Exception as e:
@@ -194,13 +194,13 @@ class TorchSource(Source):
         refused: dict[int, str] = {}
         for i in sorted(corners):
             try:
-                (by_index[i],), _ = ts.run_reference(self.obj, self.io, [batches[i]], checked)
+                (by_index[i],), _ = tr.run_reference(self.obj, self.io, [batches[i]], checked)
             except Exception as e:   # noqa: BLE001 - a corner the model does not accept is left out
                 refused[i] = " ".join(f"{type(e).__name__}: {e}".split())[:300]
             self.io.outputs = names
         reference = [by_index[i] for i in range(len(batches)) if i not in refused]
         kept = [b for i, b in enumerate(batches) if i not in refused]
-        self.variation = ts.run_float64(self.obj, self.io, kept, reference)
+        self.variation = tr.run_float64(self.obj, self.io, kept, reference)
         from navigator.sources.samples import samples_sha256
 
         self.reference_digest = samples_sha256(reference)
@@ -209,7 +209,7 @@ class TorchSource(Source):
         if batch_dim is not None:   # one more run at another batch size shows which output dims follow it
             size = next(iter(batches[0].values())).shape[batch_dim]
             try:
-                probe, _ = ts.run_reference(self.obj, self.io, [batch_of(batches[0], batch_dim, size + 1)])
+                probe, _ = tr.run_reference(self.obj, self.io, [batch_of(batches[0], batch_dim, size + 1)])
             except Exception as e:
                 import logging
 
@@ -229,11 +229,11 @@ class TorchSource(Source):
         """The first sample run again after all the others must give what it gave first: a module
         that keeps state inside (its buffers change on every call) answers otherwise, and no
         format-by-format comparison can judge it (UserInputError)."""
-        from navigator.sources import torch_support as ts
+        from navigator.sources import torch_reference as tr
         from navigator.sources.state import hidden_state
 
         names = list(self.io.outputs)
-        (again,), _ = ts.run_reference(self.obj, self.io, [batch], checked)
+        (again,), _ = tr.run_reference(self.obj, self.io, [batch], checked)
         self.io.outputs = names
         why = hidden_state(first, again)
         if why:

@@ -11,7 +11,7 @@ from navigator.errors import UserInputError
 
 torch = pytest.importorskip("torch")
 
-from navigator.sources import torch_support as ts  # noqa: E402
+from navigator.sources import torch_reference as tr, torch_support as ts  # noqa: E402
 
 
 class BertShaped(torch.nn.Module):
@@ -40,7 +40,7 @@ SHAPES = {n: (2, 5) for n in IO.inputs}
 
 def test_the_tables_an_input_reaches_and_the_inputs_that_must_be_integers():
     dtypes = {n: "float32" for n in IO.inputs}          # nothing told: every input generated as floats
-    bounds, now_int = ts.find_index_inputs(BertShaped(), IO, SHAPES, dtypes)
+    bounds, now_int = tr.find_index_inputs(BertShaped(), IO, SHAPES, dtypes)
     assert bounds == {"input_ids": 1000, "token_type_ids": 2, "position_ids": 64, "bucket": 50}
     assert sorted(now_int) == ["bucket", "input_ids", "position_ids", "token_type_ids"]
     assert "attention_mask" not in bounds               # used as a float: no table
@@ -49,7 +49,7 @@ def test_the_tables_an_input_reaches_and_the_inputs_that_must_be_integers():
 def test_integer_inputs_are_probed_as_they_are():
     dtypes = {"input_ids": "int64", "token_type_ids": "int32", "position_ids": "int64", "bucket": "int64",
               "attention_mask": "float32"}
-    bounds, now_int = ts.find_index_inputs(BertShaped(), IO, SHAPES, dtypes)
+    bounds, now_int = tr.find_index_inputs(BertShaped(), IO, SHAPES, dtypes)
     assert bounds["token_type_ids"] == 2 and now_int == []
 
 
@@ -58,10 +58,10 @@ def test_an_index_out_of_its_table_names_the_input_and_the_fix():
     batch["attention_mask"] = np.ones((2, 5), np.float32)
     batch["token_type_ids"][0, 3] = 7                   # [0, 16) was the old default range: 7 >= 2 rows
     with pytest.raises(UserInputError) as info:
-        ts.run_reference(BertShaped(), IO, [batch], {"token_type_ids": (0, 16)})
+        tr.run_reference(BertShaped(), IO, [batch], {"token_type_ids": (0, 16)})
     line = info.value.one_line()
     assert "input 'token_type_ids' indexes a table of 2 rows, but the sample holds 7" in line
     assert "values generated in [0, 16)" in line and "--value-ranges token_type_ids:0,2" in line
     batch["token_type_ids"][0, 3] = 1
-    (out,), _ = ts.run_reference(BertShaped(), IO, [batch], {})
+    (out,), _ = tr.run_reference(BertShaped(), IO, [batch], {})
     assert out["output"].shape == (2, 8)
