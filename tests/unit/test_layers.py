@@ -160,3 +160,12 @@ def test_the_checks_can_fail():
     real["navigator.workspace.status"]["navigator.pipeline.run"] = 1
     real["navigator.pipeline.run"]["navigator.workspace.status"] = 1
     assert cycles(real)
+
+
+MAX_LINES = 500   # a module past this is split where its parts meet (issue: Architecture 2)
+
+
+def test_no_module_is_over_500_lines():
+    long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "navigator").rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, long
