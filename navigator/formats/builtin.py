@@ -62,6 +62,7 @@ FORMATS: tuple[Format, ...] = (
         unverifiable={CUDA: "OpenVINO runs on the CPU here (its GPU plugin targets Intel GPUs)"},
         serving=Serving("openvino", "", "model.xml", devices=("cpu",)),
         python_loader="openvino", python_packages=("openvino",), python_devices=("cpu",),
+        debug_side="navigator.tools.debug_sides:OpenVINOSide",
         runner_classes={"openvino": "navigator.runners.openvino:OpenVINORunner"}),
     Format(
         "onnx", "model.onnx", preference=5, precisions=("fp32", "fp16", "int8"), source_suffixes=(".onnx",),
@@ -72,7 +73,7 @@ FORMATS: tuple[Format, ...] = (
         serving=Serving("onnxruntime", "onnxruntime_onnx", "model.onnx"),
         python_loader="onnx", python_packages=("onnxruntime",),
         default_targets=("onnx", "onnx-optimized", "openvino?"),
-        check="navigator.converters.onnx_check:check_artifact",
+        check="navigator.converters.onnx_check:check_artifact", debug_side="navigator.tools.debug_sides:OnnxSide",
         runner_classes={"onnxruntime": "navigator.runners.onnxruntime:OnnxruntimeRunner"}),
     Format(
         "torch_export", "model.pt2", preference=6, precisions=("fp32", "fp16", "bf16"), runners=_both("torch_export"),

@@ -109,6 +109,9 @@ class Format:
     preload: str | None = None
     # a model file handed in with one of these suffixes is a source of this format (lower case)
     source_suffixes: tuple[str, ...] = ()
+    # "module:Class" of the side `navigator debug` reads every op output of the artifact with
+    # (navigator.tools.debug_sides); None: the format hides them and its nearest ONNX parent is compared
+    debug_side: str | None = None
 
     def __post_init__(self) -> None:
         runners = {d: tuple(specs) for d, specs in dict(self.runners).items()}

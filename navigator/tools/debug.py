@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from navigator.errors import UserInputError
-from navigator.tools.debug_sides import OnnxSide, OpenVINOSide, TensorCheck, compare_into, tensor_rule
+from navigator.tools.debug_sides import OnnxSide, TensorCheck, compare_into, tensor_rule
 
 log = logging.getLogger(__name__)
 
@@ -69,13 +69,27 @@ class Plan:
     reason: str | None = None     # why nothing can be compared
 
 
-def _plan(ws, st, key: str, runner_key: str | None) -> Plan:
-    from navigator import deps
+def _side(fmt: str):
+    """The debug side class of format ``fmt`` (its descriptor's ``debug_side``), or None."""
+    import importlib
 
+    from navigator import formats as formats_mod
+
+    try:
+        spec = formats_mod.get(fmt).debug_side
+    except UserInputError:      # a plugin's format not installed here
+        return None
+    if spec is None:
+        return None
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _plan(ws, st, key: str, runner_key: str | None) -> Plan:
     fs = st.formats[key]
     chain = _chain(st, key)
-    onnx_keys = [k for k in chain if st.formats[k].format == "onnx" and st.formats[k].convert.status == "ok"
-                 and st.formats[k].path]
+    onnx_keys = [k for k in chain if getattr(_side(st.formats[k].format), "graph", False)
+                 and st.formats[k].convert.status == "ok" and st.formats[k].path]
     root = chain[-1]
     ref_key = root if root in onnx_keys else (onnx_keys[-1] if onnx_keys else None)
     plan = Plan()
@@ -89,31 +103,18 @@ def _plan(ws, st, key: str, runner_key: str | None) -> Plan:
     ref_fs = st.formats[ref_key]
     plan.reference = OnnxSide(ws.abs(ref_fs.path), io_names=ref_fs.io_names, level="disabled",
                               label=f"{ref_key} (reference)")
-    rs = fs.runners.get(runner_key) if runner_key else None
-    if fs.format == "onnx":
-        device, provider = (rs.device, rs.provider) if rs is not None and rs.runner == "onnxruntime" else ("cpu", None)
-        level = "disabled"
-        if key == ref_key:
-            level = "all"
-            plan.notes.append(f"{key} is the reference model itself: it is compared with graph optimisations at "
-                              "onnxruntime's default level (all), as its runner ran it, against disabled")
-        plan.compared = OnnxSide(ws.abs(fs.path), io_names=fs.io_names, device=device, provider=provider,
-                                 level=level, label=key)
-        return plan
-    if fs.format == "openvino":
-        if not deps.has("openvino"):
-            plan.reason = "openvino is not installed here: its per-op outputs cannot be read"
-            return plan
-        plan.compared = OpenVINOSide(ws.abs(fs.path), io_names=fs.io_names, label=key)
-        plan.notes.append("OpenVINO ops are matched by the ONNX tensor names its frontend kept on their outputs; "
-                          "an op marked as an output is not fused as in the runner's compiled model, so its "
-                          "numbers may differ slightly from the runner's")
-        parent = next((k for k in chain[1:] if k in onnx_keys), None)
-        if parent is not None:
-            plan.compared.onnx_parent = OnnxSide(ws.abs(st.formats[parent].path),
-                                                 io_names=st.formats[parent].io_names, label=parent)
-        return plan
     parent = next((k for k in chain[1:] if k in onnx_keys), None)
+    side = _side(fs.format)
+    if side is not None:
+        parent_side = None
+        if parent is not None and not side.graph:
+            parent_side = OnnxSide(ws.abs(st.formats[parent].path), io_names=st.formats[parent].io_names,
+                                   label=parent)
+        rs = fs.runners.get(runner_key) if runner_key else None
+        plan.compared, notes, plan.reason = side.compared(ws, key, fs, rs, reference_key=ref_key,
+                                                          onnx_parent=parent_side)
+        plan.notes.extend(notes)
+        return plan
     if parent is None or parent == ref_key:
         plan.reason = (f"{fs.format} does not expose its internal tensors here, and its ONNX parent "
                        f"{parent or '(none)'} is the reference itself: nothing to compare node by node")

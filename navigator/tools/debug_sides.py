@@ -120,6 +120,19 @@ class OnnxSide:
     """An ONNX model with every intermediate marked as an output, run by onnxruntime."""
 
     engine = "onnxruntime"
+    graph = True     # an ONNX graph: a format with this side can be the reference side
+
+    @classmethod
+    def compared(cls, ws, key: str, fs, rs, *, reference_key: str, onnx_parent) -> tuple[Any, list[str], str | None]:
+        """(side, notes, why none) for KEY run as its runner ``rs`` ran it (device, provider)."""
+        device, provider = (rs.device, rs.provider) if rs is not None and rs.runner == "onnxruntime" else ("cpu", None)
+        if key != reference_key:
+            return cls(ws.abs(fs.path), io_names=fs.io_names, device=device, provider=provider, level="disabled",
+                       label=key), [], None
+        note = (f"{key} is the reference model itself: it is compared with graph optimisations at onnxruntime's "
+                "default level (all), as its runner ran it, against disabled")
+        return cls(ws.abs(fs.path), io_names=fs.io_names, device=device, provider=provider, level="all",
+                   label=key), [note], None
 
     def __init__(self, path: Path, *, io_names: dict, device: str = "cpu", provider: str | None = None,
                  level: str = "disabled", label: str = ""):
@@ -231,7 +244,22 @@ class OpenVINOSide:
     """An OpenVINO IR with every named op output added as a model output, on the CPU in f32."""
 
     engine = "openvino"
+    graph = False
     _HIDDEN = ("Parameter", "Result", "Constant")
+
+    @classmethod
+    def compared(cls, ws, key: str, fs, rs, *, reference_key: str, onnx_parent) -> tuple[Any, list[str], str | None]:
+        """(side, notes, why none) for KEY's IR; ``onnx_parent`` (a side or None) names the constants
+        its frontend made."""
+        from navigator import deps
+
+        if not deps.has("openvino"):
+            return None, [], "openvino is not installed here: its per-op outputs cannot be read"
+        side = cls(ws.abs(fs.path), io_names=fs.io_names, label=key)
+        side.onnx_parent = onnx_parent
+        return side, ["OpenVINO ops are matched by the ONNX tensor names its frontend kept on their outputs; an op "
+                      "marked as an output is not fused as in the runner's compiled model, so its numbers may "
+                      "differ slightly from the runner's"], None
 
     def __init__(self, path: Path, *, io_names: dict, label: str = ""):
         import openvino as ov

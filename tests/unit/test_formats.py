@@ -50,6 +50,16 @@ def test_every_runner_a_format_lists_has_a_class():
                 assert spec.runner in classes, (fmt.name, spec.runner)
 
 
+def test_every_debug_side_names_a_side_class():
+    sides = {fmt.name: fmt.debug_side for fmt in ALL if fmt.debug_side}
+    assert {"onnx", "openvino"} <= set(sides)
+    for name, spec in sides.items():
+        module, _, cls_name = spec.partition(":")
+        cls = getattr(importlib.import_module(module), cls_name)
+        assert callable(getattr(cls, "compared", None)) and isinstance(cls.graph, bool), name
+    assert [n for n, spec in sides.items() if spec.endswith(":OnnxSide")] == ["onnx"]   # the one graph reference
+
+
 def test_python_loaders_exist_in_the_model_py_template():
     tree = ast.parse(python_backend.template().replace(python_backend.PLACEHOLDER, "{}"))
     loaders = next(n for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "_LOADERS")
