@@ -86,7 +86,8 @@ class Format:
     companions: tuple[str, ...] = ()                      # files beside the artifact that belong to it
     precisions: tuple[str, ...] = ("fp32",)               # precision variants the format can hold
     tolerance_floor: tuple[float, float] | None = None    # (atol, rtol) its fp32 kernels need at least
-    preference: int = 100                                 # best by preference (--no-profile): lower first
+    # best by preference (--no-profile): lower first; built-ins are 0-10, a tie goes by key name
+    preference: int = 100
     fixed_batch: bool = False                             # the artifact fixes its largest batch (engines)
     compiled_for_device: bool = False                     # runs only on the device it was compiled for
     # Triton: the native backend (None: the Python backend serves it, when python_loader is set)

@@ -47,9 +47,11 @@ def is_key(text: str) -> bool:
         return False
 
 
-def preference_rank(key: str) -> tuple[int, int]:
-    """Rank of a key for ``best`` by preference: its format's, then the plain key before a variant."""
+def preference_rank(key: str) -> tuple[int, int, str]:
+    """Rank of a key for ``best`` by preference, a total order: its format's preference, then a
+    variant before the plain key (it was made from it to run faster), then the key's name, so two
+    formats of equal preference (a plugin's beside a built-in) rank the same in every run."""
     from navigator.formats.registry import registry
 
     k = parse_key(key)
-    return registry.get(k.format).preference, (0 if k.variant else 1)
+    return registry.get(k.format).preference, (0 if k.variant else 1), key

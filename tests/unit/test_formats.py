@@ -87,6 +87,22 @@ def test_serving_and_fixed_batch_read_the_records():
     assert formats.preference_rank("tensorrt") < formats.preference_rank("onnx") < formats.preference_rank("torch")
 
 
+def test_preference_is_a_total_order():
+    """A variant before its plain key; equal preferences (a plugin's beside a built-in) by key name,
+    whatever order the candidates come in."""
+    import dataclasses
+    from unittest import mock
+
+    assert formats.preference_rank("onnx-optimized") < formats.preference_rank("onnx")
+    reg = FormatRegistry(entry_point_group=None)
+    reg.register(dataclasses.replace(formats.get("onnx"), name="ort", artifact="model.ort", check=None,
+                                     debug_side=None, source_suffixes=(), runner_classes={}))
+    assert reg.get("ort").preference == formats.get("onnx").preference
+    with mock.patch("navigator.formats.registry.registry", reg):
+        ranks = sorted(["ort", "onnx-fp16", "onnx", "ort-x", "onnx-x"], key=formats.preference_rank)
+        assert ranks == ["onnx-x", "ort-x", "onnx", "onnx-fp16", "ort"]
+
+
 def test_a_registry_refuses_duplicates_and_lists_the_known_formats():
     reg = FormatRegistry(entry_point_group=None)
     onnx = reg.get("onnx")
