@@ -75,6 +75,25 @@ def test_every_converter_edge_joins_registered_formats():
             formats.parse_key(key)
 
 
+# edges that claim the CPU but cannot convert on a machine without a GPU, and why
+NO_CPU_PATH = {"tf_trt": "TF-TRT needs TensorFlow built with TensorRT and a GPU"}
+
+
+def test_every_edge_that_can_run_here_has_a_functional_test():
+    """A functional test names the target of every edge a CPU machine can convert; the rest run
+    on CUDA only (their converters say so) and are tested on a GPU machine."""
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parents[1] / "functional"
+    text = "".join(p.read_text() for p in sorted(tests.rglob("*.py")))
+    untested = [f"{e.source} -> {e.target}" for e in converters.edges()
+                if "cpu" in e.devices and formats.parse_key(e.target).format not in NO_CPU_PATH
+                and not re.search(r"[\"' ,]%s[\"' ,]" % re.escape(e.target), text)]
+    assert not untested, untested
+    cuda_only = {e.target for e in converters.edges() if "cpu" not in e.devices}
+    assert {"tensorrt-fp16", "torch_export-bf16", "aoti-fp16"} <= cuda_only
+
+
 def test_serving_and_fixed_batch_read_the_records():
     assert backends.serving_for("onnx", python_backend=False, aoti_native=False).platform == "onnxruntime_onnx"
     assert backends.serving_for("torch_export", python_backend=False, aoti_native=False) is formats.PYTHON
