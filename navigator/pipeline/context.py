@@ -23,32 +23,32 @@ T = TypeVar("T")
 
 
 @dataclass
-class RunContext:
-    """What every stage of one run shares."""
+class RunBook:
+    """What the run keeps beside status.yaml: stage times, worker starts, the digests that let a
+    later run reuse a step, and the formats exported with static shapes."""
 
-    config: NavigatorConfig
-    ws: Workspace
-    status: Status
-    source: Source
-    device: str                      # where converters run: cuda when a GPU is used, else cpu
-    reporter: Reporter
-    runner_devices: tuple[str, ...] = ("cpu",)  # where formats are verified and profiled
-    verify_func: Callable[..., Any] | None = None
     timings: dict[str, float] = field(default_factory=dict)
     process_starts: int = 0
     static_keys: set[str] = field(default_factory=set)   # formats exported with static shapes only
-    resume_from: Status | None = None                # the previous record, when its inputs are unchanged
     step_hashes: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (key, runner, stage) -> sha256
-    live: Any = None                 # the flat module of a live torch source (sources.torch_support.LiveModel)
-    # Profiles that cannot be reused are left to a later run instead of measured now (convert-many's
-    # build phase: its measurements run alone on the node afterwards, navigator.many.node).
-    defer_profiles: bool = False
-    race_pending: dict[str, Any] = field(default_factory=dict)   # key -> (planned item, runner keys) to race
-    # A live module's screened runners, kept loaded until the race (navigator.pipeline.race.LivePeer)
-    race_peers: dict[Any, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RaceState:
+    """The runners waiting for the race, and a live module's screened runners kept loaded for it
+    (navigator.pipeline.race.LivePeer)."""
+
+    pending: dict[str, Any] = field(default_factory=dict)   # key -> (planned item, runner keys) to race
+    peers: dict[Any, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Parallel:
+    """How the formats of a run share the machine: ``jobs`` at once; while they run in parallel,
+    the lock every change of the record (and save) is made under, released only while a thread
+    waits for its worker, and the event that stops every worker."""
+
     jobs: int = 1                    # formats converted and verified at once (navigator.pipeline.schedule)
-    # While formats run in parallel: the lock every change of the record (and save) is made under,
-    # released only while a thread waits for its worker; and the event that stops every worker.
     lock: threading.Lock | None = None
     cancel: threading.Event | None = None
     reference_ready: threading.Event | None = None   # set once the reference outputs are stored
@@ -58,11 +58,22 @@ class RunContext:
     open_steps: dict[tuple[str, str, str | None], float] = field(default_factory=dict)  # -> start (progress)
     workers_running: int = 0
     measuring: bool = False
-    forkserver: ForkServer | None = None   # the run's warm workers, or None
     calls: CallerCalls | None = None       # while formats run in parallel: work handed to the calling thread
 
     def locked(self) -> contextlib.AbstractContextManager[Any]:
         return self.lock if self.lock is not None else contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def unlocked(self) -> Iterator[None]:
+        """Let other threads change the record while this one waits (a no-op when sequential)."""
+        if self.lock is None:
+            yield
+            return
+        self.lock.release()
+        try:
+            yield
+        finally:
+            self.lock.acquire()
 
     @contextlib.contextmanager
     def worker_slot(self) -> Iterator[None]:
@@ -107,17 +118,29 @@ class RunContext:
                 self.measuring = False
                 self.gate.notify_all()
 
-    @contextlib.contextmanager
-    def unlocked(self) -> Iterator[None]:
-        """Let other threads change the record while this one waits (a no-op when sequential)."""
-        if self.lock is None:
-            yield
-            return
-        self.lock.release()
-        try:
-            yield
-        finally:
-            self.lock.acquire()
+
+@dataclass
+class RunContext:
+    """What every stage of one run shares: its fixed inputs, the record (``status``, saved as
+    status.yaml, and ``book``), how its formats share the machine (``par``) and the race's state."""
+
+    config: NavigatorConfig
+    ws: Workspace
+    status: Status
+    source: Source
+    device: str                      # where converters run: cuda when a GPU is used, else cpu
+    reporter: Reporter
+    runner_devices: tuple[str, ...] = ("cpu",)  # where formats are verified and profiled
+    verify_func: Callable[..., Any] | None = None
+    resume_from: Status | None = None                # the previous record, when its inputs are unchanged
+    live: Any = None                 # the flat module of a live torch source (sources.torch_support.LiveModel)
+    # Profiles that cannot be reused are left to a later run instead of measured now (convert-many's
+    # build phase: its measurements run alone on the node afterwards, navigator.many.node).
+    defer_profiles: bool = False
+    forkserver: ForkServer | None = None   # the run's warm workers, or None
+    book: RunBook = field(default_factory=RunBook)
+    par: Parallel = field(default_factory=Parallel)
+    race: RaceState = field(default_factory=RaceState)
 
     def save(self) -> None:
         status_mod.save(self.status, self.ws.status_path)

@@ -28,18 +28,18 @@ def run_job(ctx: RunContext, name: str, tasks: list[Task], log_path: Path, sys_p
 
     job = Job(workspace=str(ctx.ws.root), events=str(ctx.ws.events_file(name)), tasks=tasks, sys_path=sys_path,
               parent_pid=os.getpid())
-    ctx.process_starts += 1
+    ctx.book.process_starts += 1
     start = time.perf_counter()
 
     def on_event(event) -> None:
-        with ctx.locked():
+        with ctx.par.locked():
             apply_event(ctx, event)
 
-    with ctx.unlocked(), ctx.worker_slot():   # other formats' threads apply their events meanwhile
+    with ctx.par.unlocked(), ctx.par.worker_slot():   # other formats' threads apply their events meanwhile
         outcome = isolation.run_worker(job, ctx.ws.job_file(name), log_path, stage_timeout_s=ctx.config.timeout,
                                        on_event=on_event, memory_limit_gb=ctx.config.worker_memory_gb,
-                                       cancel=ctx.cancel, forkserver=ctx.forkserver)
-    ctx.timings.setdefault("workers", []).append((name, time.perf_counter() - start, stage_durations(outcome)))
+                                       cancel=ctx.par.cancel, forkserver=ctx.forkserver)
+    ctx.book.timings.setdefault("workers", []).append((name, time.perf_counter() - start, stage_durations(outcome)))
     log.info("worker %s: %.2f s, peak RSS %s MiB", name, time.perf_counter() - start, outcome.peak_rss_mb)
     for task in tasks:
         fs = ctx.status.formats.get(task.key)
@@ -81,18 +81,18 @@ def run_job_in_process(ctx: RunContext, name: str, tasks: list[Task]) -> None:
     job = Job(workspace=str(ctx.ws.root), events=str(events), tasks=kept, live=ctx.live,
               measure_later=[] if any(t.profile is not None for t in kept) else None)
     start = time.perf_counter()
-    if ctx.in_process is None:
+    if ctx.par.in_process is None:
         outcome = _run_in_thread(ctx, name, job)
         _measure_here(ctx, job, outcome)
     else:   # parallel formats: one in-process job at a time (torch's tracing state is global)
-        with ctx.unlocked():
-            ctx.in_process.acquire()
+        with ctx.par.unlocked():
+            ctx.par.in_process.acquire()
         try:
             outcome = _run_in_thread(ctx, name, job)
             _measure_here(ctx, job, outcome)
         finally:
-            ctx.in_process.release()
-    ctx.timings.setdefault("workers", []).append((f"{name} (in process)", time.perf_counter() - start,
+            ctx.par.in_process.release()
+    ctx.book.timings.setdefault("workers", []).append((f"{name} (in process)", time.perf_counter() - start,
                                                    stage_durations(outcome)))
     if outcome.reason:
         log.warning("in-process job %s: %s", name, outcome.reason)
@@ -103,7 +103,7 @@ def run_job_in_process(ctx: RunContext, name: str, tasks: list[Task]) -> None:
 def _measure_here(ctx: RunContext, job: Job, outcome) -> None:
     """The profiles the in-process job left (``Job.measure_later``), measured on the thread that
     runs the scheduler -- the one whose OpenMP team torch already uses -- once the job's thread
-    ended, with no worker running (``RunContext.measure_gate``). From a second thread, or beside
+    ended, with no worker running (``Parallel.measure_gate``). From a second thread, or beside
     one whose OpenMP team is still alive, GNU OpenMP stops busy-waiting and torch measured at
     about half its speed (:class:`navigator.pipeline.context.CallerCalls`). --timeout bounds each
     profile as in a worker, as far as a thread can be stopped
@@ -122,7 +122,7 @@ def _measure_here(ctx: RunContext, job: Job, outcome) -> None:
     tail.read()   # what the job's thread wrote was applied already
 
     def apply_new() -> None:
-        with ctx.locked():
+        with ctx.par.locked():
             for event in tail.read():
                 outcome.events.append(event)
                 apply_event(ctx, event)
@@ -130,7 +130,7 @@ def _measure_here(ctx: RunContext, job: Job, outcome) -> None:
     def measure() -> None:
         events = worker.Events(job.events, on_emit=apply_new)
         try:
-            with ctx.measure_gate():
+            with ctx.par.measure_gate():
                 try:
                     with timeout_here(ctx.config.timeout, tail):
                         worker.measure_deferred(ctx.ws, events, deferred, keep=lambda e: keep_for_race(ctx, e))
@@ -139,8 +139,8 @@ def _measure_here(ctx: RunContext, job: Job, outcome) -> None:
         finally:
             events.close()
 
-    with ctx.unlocked():   # the scheduler's thread applies the events under the lock
-        ctx.on_caller(measure)
+    with ctx.par.unlocked():   # the scheduler's thread applies the events under the lock
+        ctx.par.on_caller(measure)
 
 
 def _timed_out_here(ctx: RunContext, events, deferred: list) -> None:
@@ -206,9 +206,9 @@ def _run_in_thread(ctx: RunContext, name: str, job: Job):
             elif timed_out is not None and now - timed_out[0] > IN_PROCESS_GRACE_S:
                 abandoned = True
                 break
-            if ctx.cancel is not None and ctx.cancel.is_set():
+            if ctx.par.cancel is not None and ctx.par.cancel.is_set():
                 raise KeyboardInterrupt
-            with ctx.unlocked():   # parallel formats apply their events meanwhile
+            with ctx.par.unlocked():   # parallel formats apply their events meanwhile
                 thread.join(POLL_S)
     except BaseException:   # Ctrl-C or an error here: stop the job's thread too, as far as it can be
         async_raise(thread, KeyboardInterrupt)

@@ -24,8 +24,8 @@ def apply_event(ctx: RunContext, event: Event) -> None:
             _drop_samples(ctx, [d["sample"] for d in result.get("dropped") or []], result.get("dropped") or [])
             refine_output_dims(ctx)
             ctx.status.samples.reference_sha256 = npz.files_sha256(ctx.ws.reference_files())
-            if ctx.reference_ready is not None:   # formats made from the source may start now
-                ctx.reference_ready.set()
+            if ctx.par.reference_ready is not None:   # formats made from the source may start now
+                ctx.par.reference_ready.set()
         ctx.reporter.step_end("reference", event.stage, None, result)
         ctx.save()
         return
@@ -41,12 +41,12 @@ def apply_event(ctx: RunContext, event: Event) -> None:
         if conv.status == "ok":
             fs.convert.artifact_sha256 = artifact_sha256(ctx.ws, fs)
         fs.io_names.update(conv.io_names)
-        ctx.converted.add(key)
+        ctx.par.converted.add(key)
         if conv.static_shapes:
-            ctx.static_keys.add(key)
+            ctx.book.static_keys.add(key)
     else:
         rs = fs.runners[event.runner]
-        hashed = ctx.step_hashes.get((key, event.runner, event.stage))
+        hashed = ctx.book.step_hashes.get((key, event.runner, event.stage))
         if event.stage == "verify":
             rs.verify = VerifyStep.from_dict(result | {"log": rel_log, "inputs_sha256": hashed})
             if rs.verify.status == "ok" and ctx.verify_func is not None:

@@ -49,10 +49,10 @@ def run_formats(ctx: RunContext, planned) -> None:
         with progress.Heartbeat(ctx):   # a line with the elapsed time for every step running long
             start = time.perf_counter()
             _run_planned(ctx, planned)
-            ctx.timings["formats_s"] = time.perf_counter() - start
+            ctx.book.timings["formats_s"] = time.perf_counter() - start
             start = time.perf_counter()
             run_race(ctx)   # every profile still to measure, alone, once every format is verified
-            ctx.timings["race_s"] = time.perf_counter() - start
+            ctx.book.timings["race_s"] = time.perf_counter() - start
     finally:
         release_peers(ctx)   # a live module's runners kept for a race that a stopped run never reached
 
@@ -61,7 +61,7 @@ def _run_planned(ctx: RunContext, planned) -> None:
     st = ctx.status
     ref = ctx.config.reference
     if not ref or ref == ctx.source.key:
-        if ctx.jobs > 1 and len(planned) > 1:   # the source and one child overlap too (reference first)
+        if ctx.par.jobs > 1 and len(planned) > 1:   # the source and one child overlap too (reference first)
             via = {p.key: p.converter.via for p in planned if routable(ctx, p)}
             run_parallel(ctx, planned, run_item, waits_for=lambda item: via.get(item.key))
             return
@@ -201,8 +201,8 @@ def run_item(ctx: RunContext, item, *, convert: bool = True, verify: bool = True
     own_reference = ctx.config.reference in (None, ctx.source.key) and not reference_kept
     if item.converter is None and ctx.source.reference_runner and own_reference:
         tasks.insert(0, reference_task(ctx, fs.path, ctx.source.reference_runner))
-    elif item.converter is None and ctx.reference_ready is not None and ctx.ws.reference_files():
-        ctx.reference_ready.set()   # computed already (a torch source, a kept one): its children may start
+    elif item.converter is None and ctx.par.reference_ready is not None and ctx.ws.reference_files():
+        ctx.par.reference_ready.set()   # computed already (a torch source, a kept one): its children may start
     run_tasks(ctx, item, tasks)
     if item.converter is None and verify and not ctx.ws.reference_files():
         raise_reference_failed(ctx)
@@ -218,7 +218,7 @@ def routable(ctx: RunContext, item) -> type | None:
 
     conv = item.converter
     # its own via only: a subclass that exports otherwise (its convert) must not be bypassed
-    if conv is None or not vars(conv).get("via") or not conv.needs_live or not ctx.is_live or ctx.jobs <= 1:
+    if conv is None or not vars(conv).get("via") or not conv.needs_live or not ctx.is_live or ctx.par.jobs <= 1:
         return None
     via = ctx.status.formats.get(conv.via)
     if via is None or via.parent != item.parent or not conv.via_allowed(conv.params_from_config(ctx.config)):
@@ -234,7 +234,7 @@ def worker_route(ctx: RunContext, item) -> tuple[str, type] | None:
     too, where the live object's own export may not); None: convert from the live object."""
     edge = routable(ctx, item)
     via = item.converter.via if edge is not None else None
-    if via is None or ctx.status.formats[via].convert.status != "ok" or via in ctx.static_keys:
+    if via is None or ctx.status.formats[via].convert.status != "ok" or via in ctx.book.static_keys:
         return None
     return via, edge
 
@@ -269,7 +269,7 @@ def _convert_via(ctx: RunContext, item, fs: FormatStatus, task: Task, via: str, 
     log.warning("%s: the conversion %s; exporting it from the live module instead", item.key, why)
     fs.convert = ConvertStep(inputs_sha256=resume.convert_hash(ctx, item))
     write_reproduce(ctx, item, fs, task)
-    ctx.converted.discard(item.key)
+    ctx.par.converted.discard(item.key)
     ctx.save()
     return why[:600]
 

@@ -1,7 +1,7 @@
 """Progress during long steps: a line every :data:`EVERY_S` seconds, with the elapsed time,
 for each step running longer than that (a torch.compile compile, an ONNX export, a TensorRT
 build), so a run is never silent for minutes. The steps are the ones the run's events opened
-and have not closed (``RunContext.open_steps``); a thread of the calling process prints, so
+and have not closed (``Parallel.open_steps``); a thread of the calling process prints, so
 workers need no change, and the line goes through the reporter (nothing in quiet mode)."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class Heartbeat:
         told: dict = {}
         while not self._stop.wait(self.tick_s):
             now = time.monotonic()
-            for step, since in list(self.ctx.open_steps.items()):
+            for step, since in list(self.ctx.par.open_steps.items()):
                 if now - since >= self.every_s and now - told.get(step, since) >= self.every_s:
                     told[step] = now
                     key, stage, runner = step
@@ -42,8 +42,8 @@ class Heartbeat:
 
 
 def opened(ctx: RunContext, key: str, stage: str, runner: str | None) -> None:
-    ctx.open_steps[(key, stage, runner)] = time.monotonic()
+    ctx.par.open_steps[(key, stage, runner)] = time.monotonic()
 
 
 def closed(ctx: RunContext, key: str, stage: str, runner: str | None) -> None:
-    ctx.open_steps.pop((key, stage, runner), None)
+    ctx.par.open_steps.pop((key, stage, runner), None)

@@ -37,8 +37,8 @@ PENDING = "pending: measured in the race once every format is verified"
 
 def queue_for_race(ctx: RunContext, item, runner_keys: list[str]) -> None:
     """Note ``item``'s runners for the race; their profile steps say they wait for it."""
-    _, before = ctx.race_pending.get(item.key, (item, []))
-    ctx.race_pending[item.key] = (item, before + [k for k in runner_keys if k not in before])
+    _, before = ctx.race.pending.get(item.key, (item, []))
+    ctx.race.pending[item.key] = (item, before + [k for k in runner_keys if k not in before])
     fs = ctx.status.formats[item.key]
     for k in runner_keys:
         fs.runners[k].profile.status, fs.runners[k].profile.reason = "skipped", PENDING
@@ -88,13 +88,13 @@ def keep_for_race(ctx: RunContext, entry) -> bool:
     _, task, spec, runner, io_names = entry
     if task.profile is None or not task.profile.screen:
         return False
-    ctx.race_peers[f"{task.key} on {spec.key}"] = LivePeer(task, spec, runner, io_names)
+    ctx.race.peers[f"{task.key} on {spec.key}"] = LivePeer(task, spec, runner, io_names)
     return True
 
 
 def release_peers(ctx: RunContext) -> None:
     """Deactivate the runners kept for the race."""
-    peers, ctx.race_peers = ctx.race_peers, {}
+    peers, ctx.race.peers = ctx.race.peers, {}
     for peer in peers.values():
         try:
             peer.runner.deactivate()
@@ -105,7 +105,7 @@ def release_peers(ctx: RunContext) -> None:
 def _race_peers(ctx: RunContext) -> list[RacePeer]:
     """The kept runners whose screening gave figures, as the race job's peers."""
     out = []
-    for peer in ctx.race_peers.values():
+    for peer in ctx.race.peers.values():
         prof = ctx.status.formats[peer.task.key].runners[peer.spec.key].profile
         if prof.status != "ok" or not prof.results:
             continue
@@ -129,7 +129,7 @@ def _peer_window(ctx: RunContext, event) -> None:
     limit = min(ctx.config.timeout or PEER_WAIT_S, PEER_WAIT_S)
     try:
         with timeout_here(limit, types.SimpleNamespace(open_stage=event, stage_start=time.monotonic())):
-            peer = ctx.race_peers[f"{event.key} on {event.runner}"]
+            peer = ctx.race.peers[f"{event.key} on {event.runner}"]
             if peer.infer is None:
                 peer.infer, _ = peer.runner.profiling_infer()
                 peer.sample = stored_sample(ctx.ws, peer.io_names)
@@ -183,7 +183,7 @@ def race_tasks(ctx: RunContext) -> list[Task]:
     from navigator.pipeline.tasks import converted_task, format_task
 
     tasks = []
-    for key, (item, runner_keys) in ctx.race_pending.items():
+    for key, (item, runner_keys) in ctx.race.pending.items():
         fs = ctx.status.formats[key]
         ok = [k for k in runner_keys if fs.runners[k].verify.status == "ok"]
         for k in set(runner_keys) - set(ok):   # not verified: never measured; explain_skips says why
@@ -212,7 +212,7 @@ def run_race(ctx: RunContext) -> None:
 
 def _run_race(ctx: RunContext, isolation) -> None:
     tasks = race_tasks(ctx)
-    ctx.race_pending.clear()
+    ctx.race.pending.clear()
     peers = _race_peers(ctx)
     with contextlib.ExitStack() as stack:
         ask = None
@@ -226,13 +226,13 @@ def _run_race(ctx: RunContext, isolation) -> None:
             return
         job = Job(workspace=str(ctx.ws.root), events=str(ctx.ws.events_file("race")), tasks=tasks, race=True,
                   parent_pid=os.getpid(), race_peers=peers)
-        ctx.process_starts += 1
+        ctx.book.process_starts += 1
         start = time.perf_counter()
         outcome = isolation.run_worker(job, ctx.ws.job_file("race"), ctx.ws.race_log,
                                        stage_timeout_s=ctx.config.timeout, on_event=lambda e: _apply(ctx, e),
                                        memory_limit_gb=ctx.config.worker_memory_gb, forkserver=ctx.forkserver,
                                        wake_fd=ask)
-    ctx.timings.setdefault("workers", []).append(("race", time.perf_counter() - start, {}))
+    ctx.book.timings.setdefault("workers", []).append(("race", time.perf_counter() - start, {}))
     log.info("race worker: %.2f s, peak RSS %s MiB", time.perf_counter() - start, outcome.peak_rss_mb)
     if not outcome.reason:
         return

@@ -106,7 +106,7 @@ def reuse(ctx: RunContext, item, task: Task) -> tuple[Task | None, list[str]]:
         fs.convert = old.convert
         fs.io_names = dict(old.io_names)
         if "static shapes" in (old.convert.exporter or ""):
-            ctx.static_keys.add(item.key)
+            ctx.book.static_keys.add(item.key)
         task = converted_task(ctx, item, task)
         ctx.reporter.step_end(item.key, "convert", None, {"status": "ok", "reason": "reused, inputs unchanged"})
     kept, raced = [], []
@@ -114,8 +114,8 @@ def reuse(ctx: RunContext, item, task: Task) -> tuple[Task | None, list[str]]:
         verify_hash = step_hash(fs.convert.inputs_sha256, spec.key, task.verify.to_dict(), task.io_names,
                                 ctx.status.samples.sha256, ctx.status.samples.reference)
         profile_hash = step_hash(verify_hash, task.profile.to_dict() if task.profile else None)
-        ctx.step_hashes[(item.key, spec.key, "verify")] = verify_hash
-        ctx.step_hashes[(item.key, spec.key, "profile")] = profile_hash
+        ctx.book.step_hashes[(item.key, spec.key, "verify")] = verify_hash
+        ctx.book.step_hashes[(item.key, spec.key, "profile")] = profile_hash
         # a verify_func (a Python callable) cannot be compared with the last run's: verify again
         reusable = old is not None and task.convert is None and ctx.verify_func is None
         before = old.runners.get(spec.key) if reusable else None

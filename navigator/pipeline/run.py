@@ -19,7 +19,7 @@ from navigator.errors import Interrupted, NavigatorError, Terminated, UserInputE
 from navigator.execution.worker import DISK_FULL_ERRNOS
 from navigator.pipeline import outcome as outcome_mod
 from navigator.pipeline import schedule
-from navigator.pipeline.context import RunContext
+from navigator.pipeline.context import RunBook, RunContext
 from navigator.pipeline.diskfull import WorkspaceFull
 from navigator.pipeline.execute import run_formats
 from navigator.pipeline.plan import plan_formats, requested_targets
@@ -221,11 +221,11 @@ def _run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_
                 reporter.info("resuming: unchanged steps of the last run are reused (--force redoes them)")
             ctx = RunContext(config=config, ws=ws, status=st, source=source, device=device, reporter=reporter,
                              runner_devices=runner_devices, resume_from=previous,
-                             verify_func=verify_func, timings=timings, defer_profiles=defer_profiles,
+                             verify_func=verify_func, book=RunBook(timings=timings), defer_profiles=defer_profiles,
                              forkserver=server)
-            ctx.jobs = schedule.job_count(config.jobs, explicit_memory_gb=explicit_memory_gb, no_race=config.no_race,
-                                          size_bytes=schedule.model_bytes(source.path))
-            log.info("up to %d format workers at once (--jobs)", ctx.jobs)
+            ctx.par.jobs = schedule.job_count(config.jobs, explicit_memory_gb=explicit_memory_gb,
+                                              no_race=config.no_race, size_bytes=schedule.model_bytes(source.path))
+            log.info("up to %d format workers at once (--jobs)", ctx.par.jobs)
             if server is not None:
                 log.info("warm workers: each worker is a fork of the fork server %s, which imports %s "
                          "(--no-warm-workers: fresh interpreters)", server.pid, ", ".join(server.preload))
@@ -248,8 +248,8 @@ def _run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_
                 after_convert(ws.root, st, config.triton_repo, reporter)
             code, failures = outcome_mod.outcome_code(st, [t for t in targets if t in st.formats])
             timings["total_s"] = time.perf_counter() - t0
-            timings["process_starts"] = ctx.process_starts
-            log.info("done in %.2f s with %d worker processes", timings["total_s"], ctx.process_starts)
+            timings["process_starts"] = ctx.book.process_starts
+            log.info("done in %.2f s with %d worker processes", timings["total_s"], ctx.book.process_starts)
             return RunOutcome(ws, st, code, failures, targets, timings,
                               memory_tree=getattr(getattr(source, "io", None), "memory_tree", None))
         except KeyboardInterrupt as e:

@@ -5,17 +5,17 @@ runs beside them: the race worker starts after the last one ended
 (:mod:`navigator.pipeline.race`).
 
 Jobs run in the calling process (a live module's: its export, and conversions that need the
-live object) run one at a time (``RunContext.in_process``): torch's tracing state (FX, dynamo,
+live object) run one at a time (``Parallel.in_process``): torch's tracing state (FX, dynamo,
 torch.jit) is global to a process, and a torch.export beside a torch.compile breaks the
 compile. A profile measured in the calling process waits until no worker runs and holds new
-ones back meanwhile (``RunContext.measure_gate``).
+ones back meanwhile (``Parallel.measure_gate``).
 
 Each format keeps its own worker with its timeout and its memory limit
 (``--worker-memory-gb``), so crash isolation is unchanged. The parent watches each worker
 from a thread of its own; every change of the run's record -- applying a worker's events,
-saving status.yaml -- is made under one lock (``RunContext.lock``), which a thread gives up
+saving status.yaml -- is made under one lock (``Parallel.lock``), which a thread gives up
 only while it waits for its worker, so status.yaml keeps a single writer at a time.
-Ctrl-C (or an error in one thread) sets ``RunContext.cancel``: every other worker is
+Ctrl-C (or an error in one thread) sets ``Parallel.cancel``: every other worker is
 stopped and the run ends as it would sequentially.
 
 Default: one job per core, bounded by memory -- ``--worker-memory-gb`` when given, else an
@@ -85,22 +85,23 @@ def job_count(requested: int | None, *, explicit_memory_gb: float | None, size_b
 
 
 def run_parallel(ctx: RunContext, planned, run_item, waits_for=lambda item: None) -> None:
-    """``run_item(ctx, item)`` for every planned format, up to ``ctx.jobs`` at once, parents
+    """``run_item(ctx, item)`` for every planned format, up to ``ctx.par.jobs`` at once, parents
     first (module docstring). The source's children start as soon as the reference outputs are
     stored: the source's own verification (a torch.compile compile) overlaps their conversion.
     ``waits_for(item)``: a format whose conversion ``item`` also waits for (one a live module's
     edge converts from in a worker, ``Converter.via``); such an item needs the module no more.
     Returns when all ended; re-raises the first error after stopping the others."""
-    ctx.lock, ctx.cancel = threading.Lock(), threading.Event()
-    ctx.reference_ready, ctx.gate, ctx.in_process = threading.Event(), threading.Condition(), threading.Lock()
-    ctx.calls = CallerCalls()   # in-process measurements run on this thread (CallerCalls says why)
+    par = ctx.par
+    par.lock, par.cancel = threading.Lock(), threading.Event()
+    par.reference_ready, par.gate, par.in_process = threading.Event(), threading.Condition(), threading.Lock()
+    par.calls = CallerCalls()   # in-process measurements run on this thread (CallerCalls says why)
     done: set[str] = set()
     pending = list(planned)
     source = pending[0].key if pending else None
 
     def one(item, **how) -> str:
-        with ctx.lock:
-            if ctx.cancel.is_set():   # stopped before its turn came
+        with ctx.par.lock:
+            if ctx.par.cancel.is_set():   # stopped before its turn came
                 raise KeyboardInterrupt
             run_item(ctx, item, **how)
         return item.key
@@ -113,30 +114,30 @@ def run_parallel(ctx: RunContext, planned, run_item, waits_for=lambda item: None
 
     def ready(item) -> bool:
         other = waits_for(item)
-        if other is not None and other not in done and other not in ctx.converted:
+        if other is not None and other not in done and other not in ctx.par.converted:
             return False
         if item.parent in done or item.parent is None and source in done:
             return True
         if item.parent == source:
-            return ctx.reference_ready.is_set()
+            return ctx.par.reference_ready.is_set()
         # its parent converted (ok: a failed route is converted again, its status reset first) and now
         # verifying: the child's conversion needs the artifact only (onnx-optimized beside onnx's
         # verification, both done before a live module's runners are screened instead of one after)
         parent = ctx.status.formats.get(item.parent)
-        return item.parent in ctx.converted and parent is not None and parent.convert.status == "ok"
+        return item.parent in ctx.par.converted and parent is not None and parent.convert.status == "ok"
 
-    # a thread more for a live source's verification: it runs in this process, beside ctx.jobs format
-    # threads (whose in-process conversions it waits for, RunContext.in_process), not after one of them
-    threads = ctx.jobs + (1 if live_source is not None else 0)
+    # a thread more for a live source's verification: it runs in this process, beside ctx.par.jobs format
+    # threads (whose in-process conversions it waits for, Parallel.in_process), not after one of them
+    threads = ctx.par.jobs + (1 if live_source is not None else 0)
     try:
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="navigator-format") as pool:
             try:
                 _schedule(ctx, pool, one, pending, done, ready, live_source, children)
             except BaseException:   # Ctrl-C wherever it lands, or an error: stop every worker first,
-                ctx.cancel.set()    # then the pool's exit waits for their threads
+                ctx.par.cancel.set()    # then the pool's exit waits for their threads
                 raise
     finally:
-        ctx.lock = ctx.cancel = ctx.reference_ready = ctx.gate = ctx.in_process = ctx.calls = None
+        par.lock = par.cancel = par.reference_ready = par.gate = par.in_process = par.calls = None
 
 
 def _schedule(ctx: RunContext, pool, one, pending: list, done: set, ready, live_source, children) -> None:
@@ -148,14 +149,14 @@ def _schedule(ctx: RunContext, pool, one, pending: list, done: set, ready, live_
             done.update(f.result() for f in finished)
     else:
         running = {pool.submit(one, pending.pop(0))} if pending else set()
-    verifying = None   # the live source's verification: not one of the ctx.jobs format slots (run_parallel)
+    verifying = None   # the live source's verification: not one of the ctx.par.jobs format slots (run_parallel)
     was_quiet = False
     while pending or running or live_source is not None:
-        if live_source is not None and all(c.key in done or c.key in ctx.converted for c in children):
+        if live_source is not None and all(c.key in done or c.key in ctx.par.converted for c in children):
             verifying = pool.submit(one, live_source, convert=False)
             running.add(verifying)
             live_source = None
-        started = [p for p in pending if ready(p)][:max(0, ctx.jobs - len(running - {verifying}))]
+        started = [p for p in pending if ready(p)][:max(0, ctx.par.jobs - len(running - {verifying}))]
         if not started and not running:   # a parent that was never planned: the rest in order
             started = pending[:1]
         for item in started:
@@ -166,8 +167,8 @@ def _schedule(ctx: RunContext, pool, one, pending: list, done: set, ready, live_
         # its next worker -- its verification after a conversion -- within the poll). Taken at once,
         # it held back a child's conversion that could have run beside its parent's verification. A
         # ready item without a free slot does not hold it back: the threads in the slots may wait
-        # for the lock the measuring job holds (RunContext.in_process).
-        quiet = ctx.workers_running == 0 and not started
+        # for the lock the measuring job holds (Parallel.in_process).
+        quiet = ctx.par.workers_running == 0 and not started
         finished, running = _wait_some(ctx, running, measure=quiet and was_quiet)
         was_quiet = quiet
         done.update(f.result() for f in finished)
@@ -178,7 +179,7 @@ def _wait_some(ctx: RunContext, futures: set, measure: bool = True):
     ``measure``, then wait a moment for any of ``futures`` (the reference may become ready
     meanwhile); re-raise the error of one that failed."""
     if measure:
-        ctx.calls.serve()
+        ctx.par.calls.serve()
     finished, rest = wait(futures, timeout=0.05, return_when=FIRST_COMPLETED)
     for f in finished:
         if f.exception() is not None:

@@ -170,4 +170,4 @@ def converted_task(ctx: RunContext, item, task: Task) -> Task:
     artifact's names as converted, samples' shapes only when exported static."""
     task = task.without_convert()
     task.io_names = dict(ctx.status.formats[item.key].io_names)
-    return task.static() if item.key in ctx.static_keys else task
+    return task.static() if item.key in ctx.book.static_keys else task

@@ -102,7 +102,7 @@ def _race_with_peers(tmp_path, runners: dict):
     peers = []
     for rkey, runner in runners.items():
         task = types.SimpleNamespace(key="torch", profile=types.SimpleNamespace(batch_dim=0, settings=settings))
-        ctx.race_peers[f"torch on {rkey}"] = race.LivePeer(task, types.SimpleNamespace(key=rkey), runner, {})
+        ctx.race.peers[f"torch on {rkey}"] = race.LivePeer(task, types.SimpleNamespace(key=rkey), runner, {})
         peers.append(RacePeer(key="torch", runner=rkey, profile=screening, settings=settings, duration_s=0.5))
     job = Job(workspace=str(ws.root), events=str(ws.events_file("race")), race=True, race_peers=peers)
     seen = []

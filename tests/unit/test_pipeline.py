@@ -189,7 +189,7 @@ def test_unchanged_steps_are_reused_and_nothing_is_left_to_run(tmp_path):
     assert reuse(ctx, ITEM, _task()) == (None, [])
     rs = ctx.status.formats["onnx-optimized"].runners["onnxruntime-cpu"]
     assert rs.verify.status == "ok" and rs.profile.results[0].throughput == 10.0
-    assert ctx.step_hashes[("onnx-optimized", "onnxruntime-cpu", "verify")] == verify_hash
+    assert ctx.book.step_hashes[("onnx-optimized", "onnxruntime-cpu", "verify")] == verify_hash
 
 
 @pytest.mark.parametrize("change", ["tolerance", "profile", "no record"])

@@ -8,14 +8,14 @@ import types
 
 import pytest
 
-from navigator.pipeline.context import RunContext
+from navigator.pipeline.context import Parallel, RunContext
 from navigator.pipeline.schedule import run_parallel
 
 
 def _ctx(keys, jobs=2) -> RunContext:
     formats = {k: types.SimpleNamespace(convert=types.SimpleNamespace(status="pending")) for k in keys}
     return RunContext(config=None, ws=None, status=types.SimpleNamespace(formats=formats),
-                      source=types.SimpleNamespace(obj=None), device="cpu", reporter=None, jobs=jobs)
+                      source=types.SimpleNamespace(obj=None), device="cpu", reporter=None, par=Parallel(jobs=jobs))
 
 
 def _item(key, parent):
@@ -35,8 +35,8 @@ def test_a_child_starts_while_its_parent_is_still_verifying():
         order.append(item.key)
         if item.key == "onnx":
             ctx.status.formats["onnx"].convert.status = "ok"   # as its convert step's end event does
-            ctx.converted.add("onnx")
-            with ctx.unlocked():   # "verifying" in its worker: the others' threads go on meanwhile
+            ctx.par.converted.add("onnx")
+            with ctx.par.unlocked():   # "verifying" in its worker: the others' threads go on meanwhile
                 assert child_started.wait(10), "the child waited for its parent's verification"
         if item.key == "onnx-optimized":
             child_started.set()
@@ -56,8 +56,8 @@ def test_a_child_of_a_failed_conversion_waits_for_its_parent_to_end(status):
     def run_item(ctx, item, **how):
         if item.key == "onnx":
             ctx.status.formats["onnx"].convert.status = status
-            ctx.converted.add("onnx")
-            with ctx.unlocked():
+            ctx.par.converted.add("onnx")
+            with ctx.par.unlocked():
                 threading.Event().wait(0.3)   # the scheduler polls meanwhile (every 50 ms)
             started.append(("onnx ended", "onnx-optimized" in started))
         else:
@@ -76,8 +76,8 @@ def test_a_measurement_is_served_while_a_ready_item_waits_for_a_slot():
 
     def run_item(ctx, item, **how):
         if item.key == "a":
-            with ctx.unlocked():
-                ctx.on_caller(measured.set)
+            with ctx.par.unlocked():
+                ctx.par.on_caller(measured.set)
 
     done = threading.Event()
 
