@@ -336,13 +336,14 @@ def test_a_long_step_reports_its_elapsed_time():
     import time
     from types import SimpleNamespace
 
+    from navigator.pipeline.context import Parallel
     from navigator.pipeline.progress import Heartbeat
 
     lines = []
     reporter = SimpleNamespace(progress=lambda key, stage, runner, s: lines.append((key, stage, runner, round(s))))
     now = time.monotonic()
-    ctx = SimpleNamespace(reporter=reporter, open_steps={("torch", "verify", "torch_compile-cpu"): now - 100.0,
-                                                         ("onnx", "convert", None): now})
+    steps = {("torch", "verify", "torch_compile-cpu"): now - 100.0, ("onnx", "convert", None): now}
+    ctx = SimpleNamespace(reporter=reporter, par=Parallel(open_steps=steps))
     with Heartbeat(ctx, every_s=15.0, tick_s=0.01):
         deadline = time.monotonic() + 5.0
         while not lines and time.monotonic() < deadline:
