@@ -13,7 +13,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from navigator import specs
 from navigator.errors import UserInputError
@@ -244,7 +244,8 @@ def _check_type(key: str, value: Any, kind: type | tuple) -> Any:
 
 
 def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: str = "config") -> NavigatorConfig:
-    """Build a config from user spellings; keys are the CLI options in snake_case."""
+    """Build a config from user spellings; keys are the CLI options in snake_case, each read by
+    its entry of :data:`_READERS`."""
     base = base or NavigatorConfig()
     values = {k: v for k, v in values.items() if v is not None}
     changes: dict[str, Any] = {}
@@ -258,179 +259,205 @@ def from_mapping(values: dict, *, base: NavigatorConfig | None = None, source: s
     if unknown:
         valid = ", ".join(sorted(set(_FIELDS) | set(_SHAPE_KEYS)))
         raise UserInputError(f"{source}: unknown option(s) {', '.join(sorted(unknown))}; valid: {valid}")
-
     if any(k in values for k in _SHAPE_KEYS):
-        profiles, shapes = _profiles(values)
-        changes["shape_profiles"] = profiles
-        changes["shapes"] = shapes
-        for k in _SHAPE_KEYS[1:]:
+        changes["shape_profiles"], changes["shapes"] = _profiles(values)
+        for k in _SHAPE_KEYS:
             values.pop(k, None)
-        values.pop("shapes", None)
     for key, value in values.items():
-        if key in ("shape_profiles",):
-            changes[key] = tuple(value)
-        elif key in ("targets", "target_precisions", "runners"):
-            items = _as_tuple_of_str(key, value)
-            if key == "target_precisions":
-                bad = [p for p in items if p not in PRECISIONS]
-                if bad:
-                    raise UserInputError(f"target_precisions: unknown precision {bad[0]!r}; "
-                                         f"valid: {', '.join(PRECISIONS)}")
-            changes[key] = items
-        elif key == "device":
-            if value not in DEVICES:
-                raise UserInputError(f"device: {value!r} is not one of {', '.join(DEVICES)}")
-            changes[key] = value
-        elif key == "error_stat":
-            if value not in ERROR_STATS:
-                raise UserInputError(f"error_stat: {value!r} is not one of {', '.join(ERROR_STATS)}")
-            changes[key] = value
-        elif key == "value_ranges":
-            if isinstance(value, str):
-                value = specs.parse_value_ranges(value)
-            elif isinstance(value, dict):
-                parsed = {}
-                for name, rng in value.items():
-                    if (not isinstance(rng, (list, tuple)) or len(rng) != 2
-                            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in rng)
-                            or not rng[0] < rng[1]):
-                        raise UserInputError(f"value_ranges: '{name}' needs [low, high] with low < high, got {rng!r}")
-                    parsed[str(name)] = (float(rng[0]), float(rng[1]))
-                value = parsed
-            else:
-                raise UserInputError("value_ranges: expected 'name:lo,hi' or a mapping")
-            changes[key] = value
-        elif key == "dtypes":
-            if isinstance(value, str):
-                value = specs.parse_dtypes(value)
-            elif isinstance(value, dict):
-                value = specs.parse_dtypes(",".join(f"{specs.format_name(str(k))}:{v}" for k, v in value.items()))
-            else:
-                raise UserInputError("dtypes: expected 'name:dtype' or a mapping")
-            changes[key] = value
-        elif key in ("atol", "rtol"):
-            if isinstance(value, bool):
-                raise UserInputError(f"{key}: expected a number or 'name:value', got a boolean")
-            if isinstance(value, (int, float)):
-                value = specs.parse_tolerance(repr(float(value)), option=f"--{key}")
-            elif isinstance(value, str):
-                value = specs.parse_tolerance(value, option=f"--{key}")
-            elif isinstance(value, dict):
-                value = specs.parse_tolerance(
-                    ",".join(f"{specs.format_name(str(k))}:{_tolerance_text(key, k, v)}" if k
-                             else _tolerance_text(key, k, v) for k, v in value.items()),
-                    option=f"--{key}")
-            else:
-                raise UserInputError(f"{key}: expected a number, 'name:value' or a mapping")
-            merged = dict(getattr(base, key) or {})
-            merged.update(value)
-            changes[key] = merged
-        elif key == "state":
-            if isinstance(value, str):
-                value = specs.parse_state(value)
-            elif isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) and k and v
-                                                 for k, v in value.items()):
-                value = dict(value)
-            else:
-                raise UserInputError("state: expected 'IN=OUT,...' or a mapping of state inputs to outputs")
-            changes[key] = value
-        elif key == "output_kinds":
-            if isinstance(value, str):
-                value = specs.parse_output_kinds(value)
-            elif isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
-                value = specs.parse_output_kinds(",".join(f"{specs.format_name(str(k))}:{v}" for k, v in value.items()))
-            else:
-                raise UserInputError("output_kinds: expected 'name:kind' or a mapping of names to kinds")
-            changes[key] = value
-        elif key == "compare":
-            if isinstance(value, str):
-                value = specs.parse_compare(value)
-            elif isinstance(value, dict):
-                parts = []
-                for name, mode in value.items():
-                    if isinstance(mode, (list, tuple)):  # [mode] or [mode, value]
-                        mode = mode[0] if len(mode) < 2 or mode[1] is None else f"{mode[0]}={mode[1]}"
-                    parts.append(f"{'*' if name == '*' else specs.format_name(str(name))}:{mode}")
-                value = specs.parse_compare(",".join(parts))
-            else:
-                raise UserInputError("compare: expected 'name:mode[=value]' or a mapping")
-            merged = dict(base.compare or {})
-            merged.update(value)
-            changes[key] = merged
-        elif key in ("verify_batch_sizes", "profile_batch_sizes"):
-            if isinstance(value, int) and not isinstance(value, bool):
-                value = [value]
-            if not isinstance(value, (str, list, tuple)):
-                raise UserInputError(f"{key}: expected '1,8' or a list of integers, got "
-                                     f"{type(value).__name__}")
-            changes[key] = specs.parse_batch_sizes(value if isinstance(value, str) else ",".join(map(str, value)),
-                                                   option="--" + key.replace("_", "-"))
-        elif key == "converter_params":
-            if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, dict)
-                                                      for k, v in value.items()):
-                raise UserInputError("converter_params: expected {converter name: {parameter: value}}")
-            merged = {k: dict(v) for k, v in (base.converter_params or {}).items()}
-            for name, params in value.items():
-                merged.setdefault(name, {}).update(params)
-            changes[key] = merged
-        elif key == "trt_plugins":
-            paths = []
-            for item in _as_tuple_of_str(key, value):
-                path = Path(item).expanduser()
-                if not path.is_file():
-                    raise UserInputError(f"--trt-plugins: {item}: no such file")
-                paths.append(str(path.resolve()))
-            changes[key] = tuple(paths)
-        elif key in ("trt_workspace_mb", "trt_opt_level"):
-            _check_type(key, value, int)
-            if key == "trt_opt_level" and not 0 <= value <= 5:
-                raise UserInputError(f"trt_opt_level: must be 0..5 (TensorRT's builder optimisation level), "
-                                     f"got {value}")
-            if key == "trt_workspace_mb" and value < 1:
-                raise UserInputError(f"trt_workspace_mb: must be >= 1 MiB, got {value}")
-            changes[key] = value
-        elif key == "jobs":
-            _check_type(key, value, int)
-            if value < 0:
-                raise UserInputError(f"jobs: must be >= 0 (0: one per core, bounded by memory), got {value}")
-            changes[key] = value
-        elif key in ("sample_count", "max_batch_size", "batch_dim", "seed"):
-            _check_type(key, value, int)
-            if key != "seed" and value < (0 if key == "batch_dim" else 1):
-                raise UserInputError(f"{key}: must be {'>= 0' if key == 'batch_dim' else '>= 1'}, got {value}")
-            if key in LIMITS and value > LIMITS[key][0]:
-                raise UserInputError(f"{key}: {value} is more than {LIMITS[key][0]} ({LIMITS[key][1]})")
-            changes[key] = value
-        elif key in ("timeout", "profile_budget_s"):
-            _check_type(key, value, (int, float))
-            if not math.isfinite(value) or value <= 0:
-                raise UserInputError(f"{key}: must be a finite number > 0 of seconds, got {value}")
-            changes[key] = float(value)
-        elif key == "worker_memory_gb":
-            _check_type(key, value, (int, float))
-            if not math.isfinite(value) or value < 0:
-                raise UserInputError(f"worker_memory_gb: must be a finite number >= 0 of GiB (0: no limit), got "
-                                     f"{value}")
-            changes[key] = float(value)
-        elif key in ("no_batching", "no_profile", "allow_failures", "force", "allow_nan", "trt_version_compatible",
-                     "trust_remote_code", "no_race", "no_warm_workers"):
-            changes[key] = bool(_check_type(key, value, bool))
-        elif key in ("workdir", "samples", "triton_repo"):
-            changes[key] = os.fspath(_check_type(key, value, (str, os.PathLike)))
-        elif key == "reference":
-            from navigator.formats import parse_key
-
-            try:
-                parse_key(_check_type(key, value, str))
-            except UserInputError as e:
-                raise UserInputError(f"reference: {e.one_line()}") from None
-            changes[key] = value
-        else:  # model_name, model_format, signature_name, task
-            changes[key] = _check_type(key, value, str)
+        changes[key] = _READERS[key](key, value, base)
     result = dataclasses.replace(base, **changes)
     if result.no_batching and result.batch_dim is not None:
         raise UserInputError("--batch-dim and --no-batching exclude each other")
     return result
+
+
+# --------------------------------------------------------------------------- one reader per option
+# Each takes (key, value as the user spelled it, the base config) and returns the field's value.
+def _one_of(choices: tuple[str, ...]) -> Callable[[str, Any, NavigatorConfig], Any]:
+    def read(key: str, value: Any, base: NavigatorConfig) -> str:
+        if value not in choices:
+            raise UserInputError(f"{key}: {value!r} is not one of {', '.join(choices)}")
+        return value
+    return read
+
+
+def _precisions(key: str, value: Any, base: NavigatorConfig) -> tuple[str, ...]:
+    items = _as_tuple_of_str(key, value)
+    bad = [p for p in items if p not in PRECISIONS]
+    if bad:
+        raise UserInputError(f"target_precisions: unknown precision {bad[0]!r}; valid: {', '.join(PRECISIONS)}")
+    return items
+
+
+def _value_ranges(key: str, value: Any, base: NavigatorConfig) -> dict[str, tuple[float, float]]:
+    if isinstance(value, str):
+        return specs.parse_value_ranges(value)
+    if not isinstance(value, dict):
+        raise UserInputError("value_ranges: expected 'name:lo,hi' or a mapping")
+    parsed = {}
+    for name, rng in value.items():
+        if (not isinstance(rng, (list, tuple)) or len(rng) != 2
+                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in rng)
+                or not rng[0] < rng[1]):
+            raise UserInputError(f"value_ranges: '{name}' needs [low, high] with low < high, got {rng!r}")
+        parsed[str(name)] = (float(rng[0]), float(rng[1]))
+    return parsed
+
+
+def _named(parse: Callable[[str], dict], what: str, check: Callable[[Any], bool] = lambda v: True
+           ) -> Callable[[str, Any, NavigatorConfig], dict]:
+    """A 'name:value,...' option: spec text, or a mapping written back as spec text."""
+    def read(key: str, value: Any, base: NavigatorConfig) -> dict:
+        if isinstance(value, str):
+            return parse(value)
+        if isinstance(value, dict) and all(check(v) for v in value.values()):
+            return parse(",".join(f"{specs.format_name(str(k))}:{v}" for k, v in value.items()))
+        raise UserInputError(f"{key}: expected {what}")
+    return read
+
+
+def _tolerance(key: str, value: Any, base: NavigatorConfig) -> dict[str, float]:
+    if isinstance(value, bool):
+        raise UserInputError(f"{key}: expected a number or 'name:value', got a boolean")
+    if isinstance(value, (int, float)):
+        text = repr(float(value))
+    elif isinstance(value, str):
+        text = value
+    elif isinstance(value, dict):
+        text = ",".join(f"{specs.format_name(str(k))}:{_tolerance_text(key, k, v)}" if k
+                        else _tolerance_text(key, k, v) for k, v in value.items())
+    else:
+        raise UserInputError(f"{key}: expected a number, 'name:value' or a mapping")
+    return {**(getattr(base, key) or {}), **specs.parse_tolerance(text, option=f"--{key}")}
+
+
+def _state(key: str, value: Any, base: NavigatorConfig) -> dict[str, str]:
+    if isinstance(value, str):
+        return specs.parse_state(value)
+    if isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) and k and v
+                                       for k, v in value.items()):
+        return dict(value)
+    raise UserInputError("state: expected 'IN=OUT,...' or a mapping of state inputs to outputs")
+
+
+def _compare(key: str, value: Any, base: NavigatorConfig) -> dict:
+    if isinstance(value, str):
+        parsed = specs.parse_compare(value)
+    elif isinstance(value, dict):
+        parts = []
+        for name, mode in value.items():
+            if isinstance(mode, (list, tuple)):  # [mode] or [mode, value]
+                mode = mode[0] if len(mode) < 2 or mode[1] is None else f"{mode[0]}={mode[1]}"
+            parts.append(f"{'*' if name == '*' else specs.format_name(str(name))}:{mode}")
+        parsed = specs.parse_compare(",".join(parts))
+    else:
+        raise UserInputError("compare: expected 'name:mode[=value]' or a mapping")
+    return {**(base.compare or {}), **parsed}
+
+
+def _batch_sizes(key: str, value: Any, base: NavigatorConfig) -> tuple[int, ...]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, (str, list, tuple)):
+        raise UserInputError(f"{key}: expected '1,8' or a list of integers, got {type(value).__name__}")
+    return specs.parse_batch_sizes(value if isinstance(value, str) else ",".join(map(str, value)),
+                                   option="--" + key.replace("_", "-"))
+
+
+def _converter_params(key: str, value: Any, base: NavigatorConfig) -> dict[str, dict]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in value.items()):
+        raise UserInputError("converter_params: expected {converter name: {parameter: value}}")
+    merged = {k: dict(v) for k, v in (base.converter_params or {}).items()}
+    for name, params in value.items():
+        merged.setdefault(name, {}).update(params)
+    return merged
+
+
+def _plugin_files(key: str, value: Any, base: NavigatorConfig) -> tuple[str, ...]:
+    paths = []
+    for item in _as_tuple_of_str(key, value):
+        path = Path(item).expanduser()
+        if not path.is_file():
+            raise UserInputError(f"--trt-plugins: {item}: no such file")
+        paths.append(str(path.resolve()))
+    return tuple(paths)
+
+
+def _integer(low: int | None, why: str = "") -> Callable[[str, Any, NavigatorConfig], int]:
+    """An integer >= ``low`` (None: any), at most :data:`LIMITS` [key] where it has one."""
+    def read(key: str, value: Any, base: NavigatorConfig) -> int:
+        _check_type(key, value, int)
+        if low is not None and value < low:
+            raise UserInputError(f"{key}: must be >= {low}{why}, got {value}")
+        if key in LIMITS and value > LIMITS[key][0]:
+            raise UserInputError(f"{key}: {value} is more than {LIMITS[key][0]} ({LIMITS[key][1]})")
+        return value
+    return read
+
+
+def _opt_level(key: str, value: Any, base: NavigatorConfig) -> int:
+    _check_type(key, value, int)
+    if not 0 <= value <= 5:
+        raise UserInputError(f"trt_opt_level: must be 0..5 (TensorRT's builder optimisation level), got {value}")
+    return value
+
+
+def _seconds(key: str, value: Any, base: NavigatorConfig) -> float:
+    _check_type(key, value, (int, float))
+    if not math.isfinite(value) or value <= 0:
+        raise UserInputError(f"{key}: must be a finite number > 0 of seconds, got {value}")
+    return float(value)
+
+
+def _memory_gb(key: str, value: Any, base: NavigatorConfig) -> float:
+    _check_type(key, value, (int, float))
+    if not math.isfinite(value) or value < 0:
+        raise UserInputError(f"worker_memory_gb: must be a finite number >= 0 of GiB (0: no limit), got {value}")
+    return float(value)
+
+
+def _reference(key: str, value: Any, base: NavigatorConfig) -> str:
+    from navigator.formats import parse_key
+
+    try:
+        parse_key(_check_type(key, value, str))
+    except UserInputError as e:
+        raise UserInputError(f"reference: {e.one_line()}") from None
+    return value
+
+
+_READERS: dict[str, Callable[[str, Any, NavigatorConfig], Any]] = {
+    "shape_profiles": lambda key, value, base: tuple(value),
+    "targets": lambda key, value, base: _as_tuple_of_str(key, value),
+    "runners": lambda key, value, base: _as_tuple_of_str(key, value),
+    "target_precisions": _precisions,
+    "device": _one_of(DEVICES),
+    "error_stat": _one_of(ERROR_STATS),
+    "value_ranges": _value_ranges,
+    "dtypes": _named(specs.parse_dtypes, "'name:dtype' or a mapping"),
+    "output_kinds": _named(specs.parse_output_kinds, "'name:kind' or a mapping of names to kinds",
+                           lambda v: isinstance(v, str)),
+    "atol": _tolerance, "rtol": _tolerance,
+    "state": _state,
+    "compare": _compare,
+    "verify_batch_sizes": _batch_sizes, "profile_batch_sizes": _batch_sizes,
+    "converter_params": _converter_params,
+    "trt_plugins": _plugin_files,
+    "trt_workspace_mb": _integer(1, " MiB"),
+    "trt_opt_level": _opt_level,
+    "jobs": _integer(0, " (0: one per core, bounded by memory)"),
+    "sample_count": _integer(1), "max_batch_size": _integer(1), "batch_dim": _integer(0), "seed": _integer(None),
+    "timeout": _seconds, "profile_budget_s": _seconds,
+    "worker_memory_gb": _memory_gb,
+    **dict.fromkeys(("no_batching", "no_profile", "allow_failures", "force", "allow_nan", "trt_version_compatible",
+                     "trust_remote_code", "no_race", "no_warm_workers"),
+                    lambda key, value, base: bool(_check_type(key, value, bool))),
+    **dict.fromkeys(("workdir", "samples", "triton_repo"),
+                    lambda key, value, base: os.fspath(_check_type(key, value, (str, os.PathLike)))),
+    "reference": _reference,
+    **dict.fromkeys(("model_name", "model_format", "signature_name", "task"),
+                    lambda key, value, base: _check_type(key, value, str)),
+}
 
 
 YAML_MAX_BYTES = 1 << 20     # option and policy files are small; a larger one is refused, not parsed

@@ -216,3 +216,18 @@ def test_output_kinds_parse_from_the_flag_and_a_mapping_and_refuse_unknown_kinds
         from_mapping({"output_kinds": "out:boxes"})
     with pytest.raises(UserInputError, match="output_kinds: expected"):
         from_mapping({"output_kinds": ["probs"]})
+
+
+def test_every_option_has_one_reader():
+    """from_mapping reads each option through its entry of one table: every field has one (the
+    shape family is read together), and a key without one is refused as unknown."""
+    from navigator import config as config_mod
+
+    assert set(config_mod._READERS) | {"shapes"} == set(config_mod._FIELDS)
+    with pytest.raises(UserInputError, match="unknown option"):
+        config_mod.from_mapping({"no_such_option": 1})
+    with pytest.raises(UserInputError, match=r"jobs: must be >= 0 \(0: one per core"):
+        config_mod.from_mapping({"jobs": -1})
+    with pytest.raises(UserInputError, match="trt_workspace_mb: must be >= 1 MiB, got 0"):
+        config_mod.from_mapping({"trt_workspace_mb": 0})
+    assert config_mod.from_mapping({"atol": 1e-3, "dtypes": {"x": "fp16"}}).dtypes == {"x": "float16"}
