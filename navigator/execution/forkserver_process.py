@@ -11,8 +11,11 @@ import socket
 import sys
 import threading
 import time
+from typing import Any
 
 MAX_MESSAGE = 1 << 20   # the longest control message
+# requests held until their "after" module is imported: (request, job socket, log fd)
+Held = list[tuple[dict[str, Any], socket.socket, int]]
 
 
 def serve(ctl_fd: int, preload: list[str]) -> int:
@@ -30,10 +33,10 @@ def serve(ctl_fd: int, preload: list[str]) -> int:
     children: dict[int, socket.socket] = {}
     pending = list(preload)
     baseline = _threads()
-    held: list[tuple[dict, socket.socket, int]] = []   # requests whose "after" module is still to import
+    held: Held = []   # requests whose "after" module is still to import
     import select
 
-    def fork(request: dict, job_sock: socket.socket, log_fd: int) -> None:
+    def fork(request: dict[str, Any], job_sock: socket.socket, log_fd: int) -> None:
         try:
             _fork_one(request, ctl, job_sock, log_fd, children, baseline, held)
         except Exception as e:   # noqa: BLE001 - a failed fork (EAGAIN, ENOMEM) refuses one job, not all
@@ -106,8 +109,8 @@ def _refuse(job_sock: socket.socket, log_fd: int, why: str) -> None:
     job_sock.close()
 
 
-def _fork_one(request: dict, ctl: socket.socket, job_sock: socket.socket, log_fd: int, children: dict,
-              baseline: set, held: list = ()) -> None:
+def _fork_one(request: dict[str, Any], ctl: socket.socket, job_sock: socket.socket, log_fd: int,
+              children: dict[int, socket.socket], baseline: set[int], held: Held | None = None) -> None:
     """Fork the worker of one request and tell the run its pid. ``held``: requests still waiting for
     an import, whose socket and log the child must not keep open."""
     extra = _threads() - baseline
@@ -142,7 +145,7 @@ def _threads() -> set[int]:
         return set()
 
 
-def _reap_children(children: dict) -> None:
+def _reap_children(children: dict[int, socket.socket]) -> None:
     while children:
         try:
             pid, status, usage = os.wait4(-1, os.WNOHANG)
@@ -160,8 +163,8 @@ def _reap_children(children: dict) -> None:
         sock.close()
 
 
-def _child(request: dict, ctl: socket.socket, job_sock: socket.socket, log_fd: int, children: dict,
-           held: list = ()) -> None:
+def _child(request: dict[str, Any], ctl: socket.socket, job_sock: socket.socket, log_fd: int,
+           children: dict[int, socket.socket], held: Held | None = None) -> None:
     """The forked worker: become what ``python -m navigator._worker JOB.json`` would be, run the job
     and leave with ``os._exit``."""
     code = 1
@@ -172,7 +175,7 @@ def _child(request: dict, ctl: socket.socket, job_sock: socket.socket, log_fd: i
         for sock in children.values():
             sock.close()
         children.clear()
-        for _, sock, fd in held:   # other jobs' requests, still waiting in the server
+        for _, sock, fd in held or ():   # other jobs' requests, still waiting in the server
             sock.close()
             os.close(fd)
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -264,7 +267,7 @@ def set_title(text: str) -> bool:
     return True
 
 
-def _set_threads(env: dict) -> None:
+def _set_threads(env: dict[str, str]) -> None:
     """torch read OMP_NUM_THREADS when the server imported it: a job's other value applies here."""
     value = env.get("OMP_NUM_THREADS")
     if value == os.environ.get("OMP_NUM_THREADS") or "torch" not in sys.modules:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Mapping
 
 DEVICES = ("cpu", "cuda")
 
@@ -42,7 +42,7 @@ class RunnerSpec:
     def key(self) -> str:
         return f"{self.runner}-{self.provider or self.device}"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, str | None]:
         return {"runner": self.runner, "device": self.device, "provider": self.provider}
 
 
@@ -68,7 +68,7 @@ class Serving:
 PYTHON = Serving("python", "", "model.py", name_convention="ours")
 
 
-def _frozen(mapping: Mapping | None) -> Mapping:
+def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return MappingProxyType(dict(mapping or {}))
 
 
