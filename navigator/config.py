@@ -445,7 +445,7 @@ _READERS: dict[str, Callable[[str, Any, NavigatorConfig], Any]] = {
     "trt_plugins": _plugin_files,
     "trt_workspace_mb": _integer(1, " MiB"),
     "trt_opt_level": _opt_level,
-    "jobs": _integer(0, " (0: one per core, bounded by memory)"),
+    "jobs": _integer(0, " (0: one per free core, bounded by memory)"),
     "sample_count": _integer(1), "max_batch_size": _integer(1), "batch_dim": _integer(0), "seed": _integer(None),
     "timeout": _seconds, "profile_budget_s": _seconds,
     "worker_memory_gb": _memory_gb,

@@ -33,3 +33,81 @@ def default_memory_limit_gb() -> float | None:
     """75% of the machine's (or container's) memory, in GiB; None when unknown."""
     total = physical_memory_bytes()
     return round(total * 0.75 / GIB, 1) if total else None
+
+
+class CpuUse:
+    """CPU time spent on this process's cores, split into this process's own (with every descendant,
+    live or reaped) and everyone else's. :meth:`others_since` is how many of the cores other
+    processes kept busy between two samples: what the scheduler subtracts from the core count."""
+
+    def __init__(self, wall: float, busy_s: float, ours_s: float):
+        self.wall, self.busy_s, self.ours_s = wall, busy_s, ours_s
+
+    @classmethod
+    def now(cls) -> CpuUse:
+        import time
+
+        return cls(time.monotonic(), _busy_seconds(), _our_seconds())
+
+    def others_since(self, earlier: CpuUse) -> float | None:
+        """Cores busy with other processes on average since ``earlier``; None when unknown (no
+        /proc/stat) or the two samples are too close to tell."""
+        wall = self.wall - earlier.wall
+        if wall < 0.05 or self.busy_s < 0 or earlier.busy_s < 0:
+            return None
+        return max(0.0, (self.busy_s - earlier.busy_s) - (self.ours_s - earlier.ours_s)) / wall
+
+
+def _busy_seconds() -> float:
+    """Non-idle time of the cores this process may run on (/proc/stat), -1 where unreadable."""
+    import os
+
+    try:
+        allowed = {f"cpu{n}" for n in os.sched_getaffinity(0)}
+        tick = os.sysconf("SC_CLK_TCK")
+        busy = 0
+        with open("/proc/stat", encoding="ascii") as f:
+            for line in f:
+                fields = line.split()
+                if fields and fields[0] in allowed:   # user nice system idle iowait irq softirq steal
+                    busy += sum(int(x) for x in fields[1:9]) - int(fields[4]) - int(fields[5])
+        return busy / tick
+    except (OSError, ValueError, AttributeError):
+        return -1.0
+
+
+def _our_seconds() -> float:
+    """CPU time of this process, its reaped children and its live descendants (theirs with what
+    they reaped), from os.times and /proc/<pid>/stat."""
+    import os
+
+    t = os.times()
+    total = t.user + t.system + t.children_user + t.children_system
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    try:
+        tick = os.sysconf("SC_CLK_TCK")
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    text = f.read()
+            except OSError:      # ended meanwhile
+                continue
+            fields = text[text.rfind(b")") + 2:].split()   # after "pid (comm) ": state ppid ...
+            pid = int(entry.name)
+            parents[pid] = int(fields[1])
+            times[pid] = sum(int(x) for x in fields[11:15]) / tick   # utime stime cutime cstime
+    except (OSError, ValueError, IndexError):
+        return total
+    me = os.getpid()
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    stack = list(children.get(me, ()))
+    while stack:
+        pid = stack.pop()
+        total += times.get(pid, 0.0)
+        stack.extend(children.get(pid, ()))
+    return total

@@ -118,7 +118,7 @@ class ProfileArgs(ArgGroup):
                        help=f"profiling time per format (default {DEFAULT_PROFILE_BUDGET_S:g})")
         g.add_argument("--no-profile", action="store_true", help="verify only; best by preference order")
         g.add_argument("--jobs", type=int, metavar="N", help="formats converted and verified at once (default: one "
-                                                             "per core, bounded by memory); profiling runs alone")
+                                                             "per free core, bounded by memory); profiling runs alone")
         g.add_argument("--no-race", action="store_true", help="profile every (format, runner) to full depth in its "
                                                               "own worker instead of racing them")
         g.add_argument("--no-warm-workers", action="store_true",

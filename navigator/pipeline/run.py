@@ -17,6 +17,7 @@ from navigator import formats
 from navigator.config import NavigatorConfig
 from navigator.errors import Interrupted, NavigatorError, Terminated, UserInputError
 from navigator.execution.worker import DISK_FULL_ERRNOS
+from navigator.machine import CpuUse
 from navigator.pipeline import outcome as outcome_mod
 from navigator.pipeline import schedule
 from navigator.pipeline.context import RunBook, RunContext
@@ -180,9 +181,22 @@ def run_caches():
 
 
 
+SAMPLE_S = 0.25   # the shortest window the free cores are measured over
+
+
+def _busy_cores(since: CpuUse) -> float | None:
+    """Cores other processes kept busy since ``since``, over at least a quarter of a second."""
+    now = CpuUse.now()
+    if now.wall - since.wall < SAMPLE_S:
+        time.sleep(SAMPLE_S - (now.wall - since.wall))
+        now = CpuUse.now()
+    return now.others_since(since)
+
+
 def _run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_func, defer_profiles: bool,
          server) -> RunOutcome:
     t0 = time.perf_counter()
+    cpu_at_start = CpuUse.now()     # what other processes use meanwhile sizes the parallel work
     explicit_memory_gb = config.worker_memory_gb
     config = config.resolved()
     device, runner_devices = resolve_device(config.device)
@@ -223,9 +237,12 @@ def _run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_
                              runner_devices=runner_devices, resume_from=previous,
                              verify_func=verify_func, book=RunBook(timings=timings), defer_profiles=defer_profiles,
                              forkserver=server)
+            busy = None if config.jobs else _busy_cores(cpu_at_start)
             ctx.par.jobs = schedule.job_count(config.jobs, explicit_memory_gb=explicit_memory_gb,
-                                              no_race=config.no_race, size_bytes=schedule.model_bytes(source.path))
-            log.info("up to %d format workers at once (--jobs)", ctx.par.jobs)
+                                              no_race=config.no_race, size_bytes=schedule.model_bytes(source.path),
+                                              busy_cores=busy)
+            log.info("up to %d format workers at once (--jobs%s)", ctx.par.jobs,
+                     "" if busy is None else f"; other processes kept {busy:.1f} of {schedule.cores()} cores busy")
             if server is not None:
                 log.info("warm workers: each worker is a fork of the fork server %s, which imports %s "
                          "(--no-warm-workers: fresh interpreters)", server.pid, ", ".join(server.preload))

@@ -18,8 +18,9 @@ only while it waits for its worker, so status.yaml keeps a single writer at a ti
 Ctrl-C (or an error in one thread) sets ``Parallel.cancel``: every other worker is
 stopped and the run ends as it would sequentially.
 
-Default: one job per core, bounded by memory -- ``--worker-memory-gb`` when given, else an
-estimate of a conversion's needs from the model's size (:func:`job_count`). ``--no-race``
+Default: one job per core that other processes left free while the run prepared (measured from
+/proc/stat, this run's own processes set apart), bounded by memory -- ``--worker-memory-gb`` when
+given, else an estimate of a conversion's needs from the model's size (:func:`job_count`). ``--no-race``
 keeps one job at a time: its profiles run inside the format workers and must run alone.
 """
 
@@ -66,10 +67,12 @@ def model_bytes(path) -> int:
 
 
 def job_count(requested: int | None, *, explicit_memory_gb: float | None, size_bytes: int, no_race: bool,
-              cpu_count: int | None = None, memory_bytes: int | None = None) -> int:
+              cpu_count: int | None = None, memory_bytes: int | None = None, busy_cores: float | None = None) -> int:
     """How many format workers run at once. ``requested`` (``--jobs``; None or 0: auto) wins;
-    auto is the cores, bounded by 75% of the memory over what one job may take:
-    ``--worker-memory-gb`` when the user gave it, else max(2 GiB, 6x the model's size)."""
+    auto is the cores other processes left free (``busy_cores``: how many they kept busy while
+    this run prepared, measured; at least one), bounded by 75% of the memory over what one job
+    may take: ``--worker-memory-gb`` when the user gave it, else max(2 GiB, 6x the model's size).
+    Two workers on one free core only take turns, and each loses its caches at every turn."""
     if no_race:
         return 1
     if requested:
@@ -77,6 +80,8 @@ def job_count(requested: int | None, *, explicit_memory_gb: float | None, size_b
     from navigator.machine import physical_memory_bytes
 
     n = cpu_count or cores()
+    if busy_cores is not None:
+        n = min(n, max(1, round(n - busy_cores)))
     memory = memory_bytes if memory_bytes is not None else physical_memory_bytes()
     if memory:
         need = explicit_memory_gb * GIB if explicit_memory_gb else max(MIN_JOB_BYTES, MODEL_FACTOR * size_bytes)

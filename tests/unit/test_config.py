@@ -226,7 +226,7 @@ def test_every_option_has_one_reader():
     assert set(config_mod._READERS) | {"shapes"} == set(config_mod._FIELDS)
     with pytest.raises(UserInputError, match="unknown option"):
         config_mod.from_mapping({"no_such_option": 1})
-    with pytest.raises(UserInputError, match=r"jobs: must be >= 0 \(0: one per core"):
+    with pytest.raises(UserInputError, match=r"jobs: must be >= 0 \(0: one per free core"):
         config_mod.from_mapping({"jobs": -1})
     with pytest.raises(UserInputError, match="trt_workspace_mb: must be >= 1 MiB, got 0"):
         config_mod.from_mapping({"trt_workspace_mb": 0})

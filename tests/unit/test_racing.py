@@ -330,6 +330,37 @@ def test_job_count():
     assert job_count(4, **(auto | {"no_race": True}), cpu_count=8, memory_bytes=64 * GIB) == 1
 
 
+def test_job_count_leaves_the_cores_other_processes_use():
+    from navigator.pipeline.schedule import GIB, job_count
+
+    auto = dict(explicit_memory_gb=None, size_bytes=10 << 20, no_race=False, memory_bytes=64 * GIB)
+    assert job_count(None, **auto, cpu_count=2, busy_cores=0.1) == 2
+    assert job_count(None, **auto, cpu_count=2, busy_cores=1.9) == 1
+    assert job_count(None, **auto, cpu_count=2, busy_cores=5.0) == 1                  # at least one
+    assert job_count(None, **auto, cpu_count=8, busy_cores=2.6) == 5
+    assert job_count(2, **auto, cpu_count=2, busy_cores=2.0) == 2                     # --jobs wins
+
+
+def test_cpu_use_sets_this_process_tree_apart():
+    """Others' share is the cores' busy time less this process tree's, per second; a real sample
+    reads /proc (its figure depends on the machine, so only its range is checked)."""
+    import subprocess
+    import sys
+
+    from navigator.machine import CpuUse
+    from navigator.pipeline.schedule import cores
+
+    assert CpuUse(10.0, 100.0, 5.0).others_since(CpuUse(8.0, 97.0, 4.0)) == 1.0      # 3 s busy, 1 ours, 2 s
+    assert CpuUse(10.0, 100.0, 9.0).others_since(CpuUse(8.0, 99.0, 4.0)) == 0.0      # never below 0
+    assert CpuUse(8.01, 1.0, 0.0).others_since(CpuUse(8.0, 0.0, 0.0)) is None         # too short to tell
+    before = CpuUse.now()
+    child = subprocess.run([sys.executable, "-c", "sum(range(3_000_000))"], check=True)
+    after = CpuUse.now()
+    assert child.returncode == 0 and after.ours_s > before.ours_s        # the reaped child counts as ours
+    others = after.others_since(before)
+    assert others is None or 0.0 <= others <= cores() + 1.0   # + the clock ticks rounding
+
+
 # --------------------------------------------------------------------------- progress
 def test_a_long_step_reports_its_elapsed_time():
     """A step opened 100 s ago gets a progress line with its elapsed time; a fresh one does not."""
