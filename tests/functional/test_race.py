@@ -89,6 +89,7 @@ def _race_with_peers(tmp_path, runners: dict):
     from navigator.execution import isolation
     from navigator.execution.jobs import Job, RacePeer
     from navigator.pipeline import race
+    from navigator.pipeline.context import RaceState
     from navigator.workspace import npz
     from navigator.workspace.layout import Workspace
 
@@ -98,7 +99,7 @@ def _race_with_peers(tmp_path, runners: dict):
     settings = {"budget_s": 3.0, "window_s": 0.02, "max_batch_size": 4}
     screening = {"stable": True, "phase": "screening", "reason": None,
                  "results": [{"batch_size": 4, "throughput": 1000.0, "spread": 0.05, "latency_ms": {"p50": 4.0}}]}
-    ctx = types.SimpleNamespace(ws=ws, race_peers={}, config=types.SimpleNamespace(timeout=60))
+    ctx = types.SimpleNamespace(ws=ws, race=RaceState(), config=types.SimpleNamespace(timeout=60))
     peers = []
     for rkey, runner in runners.items():
         task = types.SimpleNamespace(key="torch", profile=types.SimpleNamespace(batch_dim=0, settings=settings))

@@ -141,19 +141,28 @@ def test_sigkill_then_resume(tmp_path, onnx_model):
     cmd = [sys.executable, str(script), str(model), str(tmp_path / "wd")]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, NAV_SLOW="1"), cwd=tmp_path)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and not (ws / "formats" / "onnx-slow" / "convert.log").is_file():
+
+    def onnx_verified() -> bool:   # the source's own verification ends beside its child's conversion
+        try:
+            st = yaml.safe_load((ws / "status.yaml").read_text())
+            return st["formats"]["onnx"]["runners"]["onnxruntime-cpu"]["verify"]["status"] == "ok"
+        except (OSError, KeyError, TypeError, yaml.YAMLError):
+            return False
+
+    deadline = time.monotonic() + 120
+    while not ((ws / "formats" / "onnx-slow" / "convert.log").is_file() and onnx_verified()):
+        assert time.monotonic() < deadline and proc.poll() is None, "onnx-slow never started after onnx verified"
         time.sleep(0.1)
-    time.sleep(0.5)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     st = yaml.safe_load((ws / "status.yaml").read_text())      # never corrupt
     assert st["state"] == "running"
     onnx = st["formats"]["onnx"]["runners"]["onnxruntime-cpu"]
     assert onnx["verify"]["status"] == "ok" and onnx["profile"]["reason"].startswith("pending: measured in the race")
-    time.sleep(0.5)
-    ps = subprocess.run(["pgrep", "-f", f"navigator._worker {ws}"], capture_output=True, text=True)
-    assert ps.stdout.strip() == "", "the worker outlived its killed parent"
+    deadline = time.monotonic() + 30        # the worker dies with its parent (PR_SET_PDEATHSIG), soon
+    while subprocess.run(["pgrep", "-f", f"navigator._worker {ws}"], capture_output=True, text=True).stdout.strip():
+        assert time.monotonic() < deadline, "the worker outlived its killed parent"
+        time.sleep(0.1)
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     # onnx's verification reused; onnx-slow done again; both measured in the race

@@ -281,12 +281,13 @@ def test_the_deploy_kit_client_gets_the_reference_outputs_in_every_mode(server_e
 
     repo = tmp_path / "repo"
     kit = tmp_path / "kit"
-    r = cli("triton", ws, "--repo", repo, "--formats", "onnx", "--model-name", "kitted", "--response-cache",
+    name = f"kitted{os.getpid()}"     # its shared-memory regions are named after it: none of another suite's
+    r = cli("triton", ws, "--repo", repo, "--formats", "onnx", "--model-name", name, "--response-cache",
             "--deploy", kit)
     assert r.returncode == 0, r.stderr
     assert f"deploy kit: {kit}" in r.stdout
     run_sh = (kit / "run.sh").read_text()
-    assert "--load-model=kitted" in run_sh and "--cache-config=local,size=" in run_sh
+    assert f"--load-model={name}" in run_sh and "--cache-config=local,size=" in run_sh
     assert subprocess.run(["bash", "-n", kit / "run.sh"]).returncode == 0
     with TritonServer(repo, cpu_backends=True) as server:
         for extra in ([], ["--async"], ["--shared-memory"], ["--async", "--shared-memory"]):
@@ -295,8 +296,8 @@ def test_the_deploy_kit_client_gets_the_reference_outputs_in_every_mode(server_e
                                       "--reference", *extra], capture_output=True, text=True, timeout=120)
                 assert out.returncode == 0 and "matches the reference" in out.stdout, (
                     f"{protocol} {extra}: {out.stdout[-500:]}\n{out.stderr[-3000:]}")   # the traceback's end
-    assert not [p for p in Path("/dev/shm").iterdir() if p.name.startswith("kitted_")]   # regions removed
-    one_line_error(cli("triton", ws, "--repo", repo, "--formats", "onnx", "--model-name", "kitted", "--force",
+    assert not [p for p in Path("/dev/shm").iterdir() if p.name.startswith(f"{name}_")]   # regions removed
+    one_line_error(cli("triton", ws, "--repo", repo, "--formats", "onnx", "--model-name", name, "--force",
                        "--deploy", repo / "deploy"), "inside the repository")
 
 

@@ -229,8 +229,12 @@ def test_profile_with_perf_analyzer_and_a_tight_budget(workspace):
     assert r.returncode == 0, r.stdout + r.stderr
     sv = yaml.safe_load((workspace / "status.yaml").read_text())["serving"]
     assert sv["tool"] == "perf_analyzer"
-    # the budget held over the measuring (a PA run is not cut); server start and loads are setup
-    assert sv["setup_s"] > 0 and sv["duration_s"] - sv["setup_s"] <= 9 + 3
+    # the budget held over the measuring: a point started before the deadline runs to its end (a PA run
+    # is not cut: at most MAX_WINDOWS windows, and perf_analyzer's own start); server start and loads
+    # are setup. The bound leaves a loaded machine room; "budget" in skipped is what proves it bit.
+    from navigator.serving.measure import MAX_WINDOWS
+
+    assert sv["setup_s"] > 0 and sv["duration_s"] - sv["setup_s"] <= 9 + MAX_WINDOWS * 0.4 + 10
     assert any("budget" in s for s in sv["skipped"]), sv["skipped"]
     logs = list((workspace / "serving" / "perf_analyzer").glob("*.log"))
     assert logs and "--input-data" in logs[0].read_text()

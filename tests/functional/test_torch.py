@@ -413,12 +413,12 @@ def test_a_live_profile_on_the_calling_thread_keeps_the_timeout(tmp_path):
     samples = [{"x": rng.standard_normal((3, 4)).astype(np.float32)} for _ in range(2)]
     start = time.monotonic()
     result = navigator.convert(SlowAtSixtyFour(), samples, workdir=tmp_path / "wd", targets=["torchscript"],
-                               runners=["torch", "torchscript"], jobs=1, max_batch_size=64, timeout=3,
+                               runners=["torch", "torchscript"], jobs=1, max_batch_size=64, timeout=6,
                                profile_budget_s=30, progress=False)
     rs = result.status.formats["torch"].runners["torch-cpu"]
     assert rs.verify.status == "ok"
     assert rs.profile.status == "failed"
-    assert rs.profile.reason.startswith("timed out after 3 s in profile (--timeout) in the calling process")
+    assert rs.profile.reason.startswith("timed out after 6 s in profile (--timeout) in the calling process")
     assert result.status.formats["torchscript"].runners["torchscript-cpu"].profile.status == "ok"
     assert time.monotonic() - start < 60
 

@@ -149,10 +149,9 @@ def test_the_server_never_forks_beside_a_thread(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     server = forkserver.ForkServer(["numpy", "navtest_starts_a_thread"]).start()
     try:
-        time.sleep(0.5)   # both imports done (a request before then would be forked: nothing to refuse yet)
-        with open(tmp_path / "job.log", "ab") as log:
+        with open(tmp_path / "job.log", "ab") as log:   # held until that import is done, then refused
             with pytest.raises(forkserver.ServerGone, match="thread"):
-                server.spawn(tmp_path / "job.json", log, dict(os.environ))
+                server.spawn(tmp_path / "job.json", log, dict(os.environ), after="navtest_starts_a_thread")
     finally:
         server.close()
 
