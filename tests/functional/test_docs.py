@@ -41,13 +41,15 @@ def test_the_getting_started_page_runs_as_written(tmp_path):
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     blocks = _blocks()
     assert "pip install" in blocks[0] and "navigator serve --prepare" in blocks[0]   # the install step: done here
-    port = _free_port()
+    port = None    # chosen right before the server starts: another suite's server cannot take it meanwhile
     server = None
     outputs = []
     try:
         for block in blocks[1:]:
-            block = block.replace("8000", str(port))
-            if block.startswith("navigator serve ") and "--prepare" not in block:
+            serve = block.startswith("navigator serve ") and "--prepare" not in block
+            port = _free_port() if serve else port
+            block = block.replace("8000", str(port)) if port else block
+            if serve:
                 server = subprocess.Popen(["bash", "-c", f"exec {block.strip()}"], cwd=tmp_path, env=env,
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                           start_new_session=True)
