@@ -81,17 +81,12 @@ def main(argv=None) -> int:
     for i, (name, r) in enumerate(rows, 1):
         lines.append(f"| {i} | {name} | {r['wall']:.1f} | {r.get('source verified', float('nan')):.1f} | "
                      f"{r.get('onnx convert started', float('nan')):.1f} |")
-    text = "\n".join([
-        "# Critical path of a Hugging Face folder's run",
-        "",
-        f"`python benchmarks/critical_path.py --baseline-path {args.baseline_path} --rounds {args.rounds}`: "
-        f"`navigator convert bert_classifier --targets onnx --no-profile` (tests/hf_models.py), {os.cpu_count()} "
-        f"cores, load average {load0[0]:.1f} at start and {load1[0]:.1f} at end.",
-        "",
-        *lines, ""])
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    from machine_info import publish
+
+    publish("Critical path of a Hugging Face folder's run",
+            f"`python benchmarks/critical_path.py --baseline-path {args.baseline_path} --rounds {args.rounds}`: "
+            f"`navigator convert bert_classifier --targets onnx --no-profile` (tests/hf_models.py), {os.cpu_count()} "
+            f"cores, load average {load0[0]:.1f} at start and {load1[0]:.1f} at end.", lines, args.out)
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

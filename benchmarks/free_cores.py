@@ -80,16 +80,12 @@ def main(argv=None) -> int:
         for jobs in ("auto", "1", "2"):
             walls = [r["wall"] for p, j, _, r in rows if p == part and j == jobs]
             means.append(f"{part}, --jobs {jobs}: mean {sum(walls) / len(walls):.1f} s over {len(walls)}")
-    text = "\n".join([
-        "# Parallel work sized from the free cores",
-        "",
-        f"`python benchmarks/free_cores.py --rounds {args.rounds} --load {args.load}`: `navigator convert "
-        f"bert_classifier --targets onnx --no-profile` (tests/hf_models.py), {os.cpu_count()} cores.",
-        "",
-        *lines, "", *[f"- {m}" for m in means], ""])
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    from machine_info import publish
+
+    publish("Parallel work sized from the free cores",
+            f"`python benchmarks/free_cores.py --rounds {args.rounds} --load {args.load}`: `navigator convert "
+            f"bert_classifier --targets onnx --no-profile` (tests/hf_models.py), {os.cpu_count()} cores.",
+            [*lines, "", *[f"- {m}" for m in means]], args.out)
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

@@ -38,3 +38,13 @@ def one_line() -> str:
     mem = mem_gib()
     return (f"{cpu_name()}, {os.cpu_count()} cores, {mem if mem is not None else float('nan'):.1f} GiB RAM, "
             f"Python {platform.python_version()}, {platform.platform()}")
+
+
+def publish(title: str, how: str, body: list[str], out: Path | None) -> str:
+    """A results page: the title, how it was made (command, model, machine), the body; printed, and
+    written to ``out`` when given."""
+    text = "\n".join([f"# {title}", "", how, "", *body, ""])
+    print(text)
+    if out:
+        out.write_text(text)
+    return text

@@ -118,11 +118,7 @@ class Cursor:
         return tok.text
 
     def colon(self, name: str) -> None:
-        tok = self.peek()
-        if tok is None or tok.kind != ":":
-            got = "end of value" if tok is None else show_token(tok.text)
-            self.fail(f"expected ':' after name {show_token(name)}, got {got}")
-        self.take()
+        self.expect(":", f"name {show_token(name)}")
 
     def value(self, what: str, name: str | None) -> str:
         where = f"after {show_token(name + ':')}" if name is not None else f"in {show_token(self.text)}"
@@ -136,10 +132,14 @@ class Cursor:
         return tok.text
 
     def comma(self, after: str) -> None:
+        self.expect(",", after)
+
+    def expect(self, kind: str, after: str) -> None:
+        """Take the separator ``kind`` (':' or ','), or fail naming what came instead."""
         tok = self.peek()
-        if tok is None or tok.kind != ",":
+        if tok is None or tok.kind != kind:
             got = "end of value" if tok is None else show_token(tok.text)
-            self.fail(f"expected ',' after {after}, got {got}")
+            self.fail(f"expected '{kind}' after {after}, got {got}")
         self.take()
 
     def next_entry(self) -> bool:
