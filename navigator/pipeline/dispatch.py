@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from navigator.execution.jobs import Job, Task, timeout_reason
+from navigator.execution.logs import library_logs_to_navigator
 from navigator.execution.worker import EXIT_DISK_FULL
 from navigator.pipeline.context import RunContext
 from navigator.pipeline.diskfull import WorkspaceFull, check_disk_full, says_disk_full
@@ -82,13 +83,15 @@ def run_job_in_process(ctx: RunContext, name: str, tasks: list[Task]) -> None:
               measure_later=[] if any(t.profile is not None for t in kept) else None)
     start = time.perf_counter()
     if ctx.par.in_process is None:
-        outcome = _run_in_thread(ctx, name, job)
+        with library_logs_to_navigator():
+            outcome = _run_in_thread(ctx, name, job)
         _measure_here(ctx, job, outcome)
     else:   # parallel formats: one in-process job at a time (torch's tracing state is global)
         with ctx.par.unlocked():
             ctx.par.in_process.acquire()
         try:
-            outcome = _run_in_thread(ctx, name, job)
+            with library_logs_to_navigator():
+                outcome = _run_in_thread(ctx, name, job)
             _measure_here(ctx, job, outcome)
         finally:
             ctx.par.in_process.release()

@@ -466,3 +466,29 @@ def test_the_eager_runner_of_a_reduced_precision_variant_runs_its_dtype(cli, tmp
     for path, dtype in ((ws / "formats" / "torch" / "source.json", torch.float32), (out, torch.bfloat16)):
         with runners.create(runners.RunnerSpec("torch", "cpu"), path, inputs=["x"], outputs=["output"]) as runner:
             assert next(runner.fn.parameters()).dtype == dtype, path
+
+
+LIVE_ONNX = """
+import sys
+import torch
+import navigator
+
+model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).eval()
+r = navigator.convert(model, torch.rand(2, 4), workdir=sys.argv[1], targets=["onnx"], jobs=1, no_profile=True,
+                      device="cpu", progress=False)
+print("ok", r.ok)
+"""
+
+
+def test_a_live_modules_exports_keep_the_libraries_logs_off_the_callers_terminal(tmp_path):
+    """With --jobs 1 a live module's ONNX export runs in the calling process: torch's exporter logs
+    through a stderr handler of its own ("W1127 … torchvision is not installed"); those records go to
+    navigator.log, as a worker's would go to its log."""
+    import re
+
+    script = tmp_path / "live.py"
+    script.write_text(LIVE_ONNX)
+    r = subprocess.run([sys.executable, str(script), str(tmp_path / "wd")], capture_output=True, text=True,
+                       timeout=600, cwd=tmp_path)
+    assert r.returncode == 0 and "ok True" in r.stdout, r.stdout + r.stderr
+    assert not re.search(r"^[IWE]\d{4} \d\d:\d\d", r.stderr, flags=re.M), r.stderr
