@@ -72,7 +72,7 @@ def _busy_seconds() -> float:
                 if fields and fields[0] in allowed:   # user nice system idle iowait irq softirq steal
                     busy += sum(int(x) for x in fields[1:9]) - int(fields[4]) - int(fields[5])
         return busy / tick
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, IndexError):
         return -1.0
 
 
@@ -93,13 +93,12 @@ def _our_seconds() -> float:
             try:
                 with open(f"/proc/{entry.name}/stat", "rb") as f:
                     text = f.read()
-            except OSError:      # ended meanwhile
+                fields = text[text.rfind(b")") + 2:].split()   # after "pid (comm) ": state ppid ...
+                ppid, used = int(fields[1]), sum(int(x) for x in fields[11:15]) / tick   # utime stime cutime cstime
+            except (OSError, ValueError, IndexError):      # ended meanwhile, or unreadable: skipped
                 continue
-            fields = text[text.rfind(b")") + 2:].split()   # after "pid (comm) ": state ppid ...
-            pid = int(entry.name)
-            parents[pid] = int(fields[1])
-            times[pid] = sum(int(x) for x in fields[11:15]) / tick   # utime stime cutime cstime
-    except (OSError, ValueError, IndexError):
+            parents[int(entry.name)], times[int(entry.name)] = ppid, used
+    except (OSError, ValueError):
         return total
     me = os.getpid()
     children: dict[int, list[int]] = {}

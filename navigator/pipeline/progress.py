@@ -28,7 +28,7 @@ class Heartbeat:
 
     def __exit__(self, *exc):
         self._stop.set()
-        self._thread.join(timeout=30.0)   # it ends within a tick; the bound only guards a stuck terminal
+        self._thread.join(timeout=5.0)   # it ends within a tick; the bound only guards a stuck terminal
 
     def _run(self) -> None:
         told: dict = {}

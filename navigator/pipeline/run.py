@@ -196,7 +196,8 @@ def _busy_cores(since: CpuUse) -> float | None:
 def _run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_func, defer_profiles: bool,
          server) -> RunOutcome:
     t0 = time.perf_counter()
-    cpu_at_start = CpuUse.now()     # what other processes use meanwhile sizes the parallel work
+    # what other processes use meanwhile sizes the parallel work (auto --jobs)
+    cpu_at_start = CpuUse.now() if not config.jobs and not config.no_race else None
     explicit_memory_gb = config.worker_memory_gb
     config = config.resolved()
     device, runner_devices = resolve_device(config.device)
@@ -237,12 +238,12 @@ def _run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_
                              runner_devices=runner_devices, resume_from=previous,
                              verify_func=verify_func, book=RunBook(timings=timings), defer_profiles=defer_profiles,
                              forkserver=server)
-            busy = None if config.jobs else _busy_cores(cpu_at_start)
+            busy = None if cpu_at_start is None or len(planned) < 2 else _busy_cores(cpu_at_start)
             ctx.par.jobs = schedule.job_count(config.jobs, explicit_memory_gb=explicit_memory_gb,
                                               no_race=config.no_race, size_bytes=schedule.model_bytes(source.path),
                                               busy_cores=busy)
-            log.info("up to %d format workers at once (--jobs%s)", ctx.par.jobs,
-                     "" if busy is None else f"; other processes kept {busy:.1f} of {schedule.cores()} cores busy")
+            log.info("up to %d format workers at once (--jobs%s)", ctx.par.jobs, "" if busy is None else
+                     f"; other processes kept {busy:.1f} of {schedule.affinity_cores()} cores busy")
             if server is not None:
                 log.info("warm workers: each worker is a fork of the fork server %s, which imports %s "
                          "(--no-warm-workers: fresh interpreters)", server.pid, ", ".join(server.preload))

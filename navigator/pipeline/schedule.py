@@ -41,13 +41,18 @@ MIN_JOB_BYTES = 2 * GIB     # a conversion's floor: an interpreter with torch or
 MODEL_FACTOR = 6            # a conversion holds the model a few times over (source, graph, output, copies)
 
 
+def affinity_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def cores() -> int:
     """The cores this process may use; ``OMP_NUM_THREADS`` bounds them when set (Ray sets it to a
     task's CPU count: a convert-many build sharing its node gets no more workers than that)."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        n = os.cpu_count() or 1
+    n = affinity_cores()
     omp = os.environ.get("OMP_NUM_THREADS", "")
     return max(1, min(n, int(omp))) if omp.isdigit() and int(omp) > 0 else n
 
@@ -67,7 +72,8 @@ def model_bytes(path) -> int:
 
 
 def job_count(requested: int | None, *, explicit_memory_gb: float | None, size_bytes: int, no_race: bool,
-              cpu_count: int | None = None, memory_bytes: int | None = None, busy_cores: float | None = None) -> int:
+              cpu_count: int | None = None, memory_bytes: int | None = None, busy_cores: float | None = None,
+              machine_cores: int | None = None) -> int:
     """How many format workers run at once. ``requested`` (``--jobs``; None or 0: auto) wins;
     auto is the cores other processes left free (``busy_cores``: how many they kept busy while
     this run prepared, measured; at least one), bounded by 75% of the memory over what one job
@@ -80,8 +86,8 @@ def job_count(requested: int | None, *, explicit_memory_gb: float | None, size_b
     from navigator.machine import physical_memory_bytes
 
     n = cpu_count or cores()
-    if busy_cores is not None:
-        n = min(n, max(1, round(n - busy_cores)))
+    if busy_cores is not None:   # measured over every core this process may run on, before OMP's bound
+        n = min(n, max(1, round((machine_cores or affinity_cores()) - busy_cores)))
     memory = memory_bytes if memory_bytes is not None else physical_memory_bytes()
     if memory:
         need = explicit_memory_gb * GIB if explicit_memory_gb else max(MIN_JOB_BYTES, MODEL_FACTOR * size_bytes)

@@ -82,7 +82,10 @@ def _side(fmt: str):
     if spec is None:
         return None
     module, _, name = spec.partition(":")
-    return getattr(importlib.import_module(module), name)
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise UserInputError(f"format {fmt}: its debug_side {spec!r} cannot be loaded: {e}") from None
 
 
 def _plan(ws, st, key: str, runner_key: str | None) -> Plan:
@@ -107,7 +110,7 @@ def _plan(ws, st, key: str, runner_key: str | None) -> Plan:
     side = _side(fs.format)
     if side is not None:
         parent_side = None
-        if parent is not None and not side.graph:
+        if parent is not None and not getattr(side, "graph", False):
             parent_side = OnnxSide(ws.abs(st.formats[parent].path), io_names=st.formats[parent].io_names,
                                    label=parent)
         rs = fs.runners.get(runner_key) if runner_key else None

@@ -170,9 +170,13 @@ def infer(args, tensors):
                 # unique per call (no slash: it is part of a URL)
                 region = "%s_%s_%d_%s" % (MODEL, name, os.getpid(), os.urandom(4).hex())
                 handle = shm.create_shared_memory_region(region, "/" + region, value.nbytes)
+                try:
+                    shm.set_shared_memory_region(handle, [value])
+                    client.register_system_shared_memory(region, "/" + region, value.nbytes)
+                except Exception:
+                    shm.destroy_shared_memory_region(handle)
+                    raise
                 regions.append((region, handle))
-                shm.set_shared_memory_region(handle, [value])
-                client.register_system_shared_memory(region, "/" + region, value.nbytes)
                 tensor.set_shared_memory(region, value.nbytes)
             else:
                 tensor.set_data_from_numpy(value)
@@ -198,6 +202,9 @@ def infer(args, tensors):
 def release(client, regions):
     """Unregister and remove every region, each even when another step failed (a region left in
     /dev/shm outlives the process); a failure here is printed, the outputs are kept."""
+    if not regions:
+        client.close()
+        return
     import time
 
     import tritonclient.utils.shared_memory as shm

@@ -141,3 +141,14 @@ def test_keys_need_a_registered_format():
     assert formats.parse_key("onnx-optimized-fp16") == formats.Key("onnx", "optimized", "fp16")
     with pytest.raises(UserInputError, match="not a format key"):
         formats.parse_key("nosuchformat-fp16")
+
+
+def test_a_debug_side_that_cannot_be_loaded_is_one_line(monkeypatch):
+    import dataclasses
+
+    from navigator.tools import debug
+
+    bad = dataclasses.replace(formats.get("onnx"), debug_side="no_such_module:Side")
+    monkeypatch.setattr(formats, "get", lambda name: bad)
+    with pytest.raises(UserInputError, match="debug_side 'no_such_module:Side' cannot be loaded"):
+        debug._side("onnx")

@@ -334,11 +334,14 @@ def test_job_count_leaves_the_cores_other_processes_use():
     from navigator.pipeline.schedule import GIB, job_count
 
     auto = dict(explicit_memory_gb=None, size_bytes=10 << 20, no_race=False, memory_bytes=64 * GIB)
-    assert job_count(None, **auto, cpu_count=2, busy_cores=0.1) == 2
-    assert job_count(None, **auto, cpu_count=2, busy_cores=1.9) == 1
-    assert job_count(None, **auto, cpu_count=2, busy_cores=5.0) == 1                  # at least one
-    assert job_count(None, **auto, cpu_count=8, busy_cores=2.6) == 5
-    assert job_count(2, **auto, cpu_count=2, busy_cores=2.0) == 2                     # --jobs wins
+    assert job_count(None, **auto, cpu_count=2, machine_cores=2, busy_cores=0.1) == 2
+    assert job_count(None, **auto, cpu_count=2, machine_cores=2, busy_cores=1.9) == 1
+    assert job_count(None, **auto, cpu_count=2, machine_cores=2, busy_cores=5.0) == 1   # at least one
+    assert job_count(None, **auto, cpu_count=8, machine_cores=8, busy_cores=2.6) == 5
+    assert job_count(2, **auto, cpu_count=2, machine_cores=2, busy_cores=2.0) == 2      # --jobs wins
+    # a convert-many build given 4 of a node's 32 cores (OMP_NUM_THREADS), 7 others' builds beside it:
+    # its own share is still free
+    assert job_count(None, **auto, cpu_count=4, machine_cores=32, busy_cores=28.0) == 4
 
 
 def test_cpu_use_sets_this_process_tree_apart():
