@@ -221,17 +221,26 @@ class Workspace:
         return self.jobs_dir / "race.reply.json"
 
     def stale_partial_files(self) -> list[Path]:
-        """Files that a writer killed mid-write left behind: the hidden temp files of atomic writes
-        (``.<name>.<random>.tmp``, navigator.workspace.atomic) and copies in progress (``<name>.part``),
-        in the workspace's own folder and below formats/ and samples/. Garbage whenever no run holds
-        the workspace lock (a worker stopped by Ctrl-C or SIGKILL gets no chance to remove them)."""
-        def partial(p: Path) -> bool:
-            return p.is_file() and (p.name.startswith(".") and p.name.endswith(".tmp") or p.name.endswith(".part"))
+        """Files that a writer killed mid-write left behind anywhere in the workspace: the hidden temp
+        files of atomic writes (``.<name>.<random>.tmp``, navigator.workspace.atomic) and copies in
+        progress (``<name>.part``); regular files only, links and special files are not ours. Garbage
+        whenever no run holds the workspace lock (a worker stopped by Ctrl-C or SIGKILL gets no
+        chance to remove them)."""
+        import re
+        import stat
 
-        found = [p for p in self.root.glob("*") if partial(p)] if self.root.is_dir() else []
-        for folder in (self.formats_dir, self.samples_dir):
-            if folder.is_dir():
-                found += [p for p in folder.rglob("*") if partial(p)]
+        pattern = re.compile(r"^(\..+\.[A-Za-z0-9_]{6,}\.tmp|.+\.part)$")
+        found = []
+        if not self.root.is_dir():
+            return found
+        for folder, _dirs, files in os.walk(self.root):
+            for name in files:
+                path = Path(folder) / name
+                try:
+                    if pattern.match(name) and stat.S_ISREG(os.lstat(path).st_mode):
+                        found.append(path)
+                except OSError:
+                    continue
         return sorted(found)
 
     def job_file(self, name: str) -> Path:
@@ -295,27 +304,15 @@ class Workspace:
         return self.variation_dir / f"{sample}.npz"
 
     def remove_stray_temp_files(self) -> list[Path]:
-        """Remove the temp files of atomic writes a killed worker left (``.<name>.<random>.tmp``,
-        navigator.workspace.atomic): regular files only, links and special files left alone.
-        Called under the workspace lock, when a run ends early and when one starts."""
-        import re
-        import stat
-
-        pattern = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
+        """Remove :meth:`stale_partial_files`; called under the workspace lock, when a run starts and
+        when one ends early. Returns what was removed."""
         removed = []
-        if not self.root.is_dir():
-            return removed
-        for folder, _dirs, files in os.walk(self.root):
-            for name in files:
-                if not pattern.match(name):
-                    continue
-                path = Path(folder) / name
-                try:
-                    if stat.S_ISREG(os.lstat(path).st_mode):
-                        path.unlink()
-                        removed.append(path)
-                except OSError:
-                    continue
+        for path in self.stale_partial_files():
+            try:
+                path.unlink()
+                removed.append(path)
+            except OSError:
+                continue
         return removed
 
     def check_no_links(self, *, below: str | os.PathLike | None = None) -> None:

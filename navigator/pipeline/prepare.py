@@ -87,8 +87,6 @@ def write_workspace(prep: Prepared, config: NavigatorConfig, device: str, *, kee
     ws, source = prep.ws, prep.source
     for folder in ws.scratch_dirs(keep=keep):
         shutil.rmtree(folder, ignore_errors=True)
-    for stale in ws.stale_partial_files():   # left by a writer killed mid-write; we hold the lock
-        stale.unlink(missing_ok=True)
     for i, batch in enumerate(prep.batches):
         npz.save(ws.sample_file("inputs", i), batch)
     for i, outputs in enumerate(prep.reference or []):
