@@ -129,6 +129,7 @@ import argparse
 import os
 import queue
 import sys
+import time
 
 import numpy as np
 
@@ -202,14 +203,9 @@ def infer(args, tensors):
 def release(client, regions):
     """Unregister and remove every region, each even when another step failed (a region left in
     /dev/shm outlives the process); a failure here is printed, the outputs are kept."""
-    if not regions:
-        client.close()
-        return
-    import time
-
-    import tritonclient.utils.shared_memory as shm
-
     for name, handle in regions:
+        import tritonclient.utils.shared_memory as shm
+
         deadline = time.monotonic() + 10
         while True:
             try:
