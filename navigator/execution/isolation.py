@@ -56,14 +56,18 @@ import logging
 import os
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from navigator.execution.jobs import Event, Job, timeout_reason
 from navigator.execution.processes import kill_group, python_command, reap, stop_group
 from navigator.machine import GIB
+
+if TYPE_CHECKING:
+    from navigator.execution.forkserver import ForkServer
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +88,8 @@ class WorkerOutcome:
 
 def _descendants(pid: int) -> list[int]:
     """``pid`` and every process below it (through /proc/<pid>/task/<tid>/children)."""
-    out, todo = [], [pid]
+    out: list[int] = []
+    todo = [pid]
     while todo and len(out) < 4096:
         p = todo.pop()
         out.append(p)
@@ -140,17 +145,33 @@ def _describe_exit(code: int) -> str:
     return f"the worker exited with code {code}"
 
 
-class EventTail:
+class StageClock:
+    """The one rule of --timeout, wherever a stage runs (a worker, a thread of the calling process,
+    a race window): the open stage is late once it has been open longer than the limit. What
+    stops it differs (a worker is killed, a thread gets an exception); the words do not
+    (:func:`~navigator.execution.jobs.timeout_reason`)."""
+
+    def __init__(self, open_stage: Event | None = None):
+        self.open_stage = open_stage
+        self.stage_start = time.monotonic()
+
+    def overdue(self, limit: float | None, now: float | None = None) -> Event | None:
+        """The open stage when it has run past ``limit`` seconds (None or 0: no limit), else None."""
+        if not limit or self.open_stage is None:
+            return None
+        return self.open_stage if (time.monotonic() if now is None else now) - self.stage_start > limit else None
+
+
+class EventTail(StageClock):
     """The events a job has appended to its JSONL file since the last call, whole lines
     only (a line still being written waits for the next call). It also tracks the open
     stage: the last ``start`` event not yet followed by an ``end``."""
 
     def __init__(self, path: Path):
+        super().__init__()
         self.path = Path(path)
         self.offset = 0
         self.buffer = ""
-        self.open_stage: Event | None = None
-        self.stage_start = time.monotonic()
 
     def read(self) -> list[Event]:
         with open(self.path, encoding="utf-8") as f:
@@ -184,8 +205,10 @@ def _pause(wake_fd: int | None) -> None:
             pass
 
 
-def _start(job, job_path: Path, log_path: Path, env: dict, forkserver, cancel):
-    """The worker's process: a fork of the run's server when it has one, else a fresh interpreter."""
+def _start(job: Job, job_path: Path, log_path: Path, env: dict[str, str], forkserver: ForkServer | None,
+           cancel: threading.Event | None) -> Any:
+    """The worker's process: a fork of the run's server when it has one (a ForkedWorker, with the
+    Popen face that reap and stop_group use), else a fresh interpreter's Popen."""
     with open(log_path, "ab") as out:
         if forkserver is not None:
             from navigator.execution.forkserver import ServerGone, wait_for
@@ -200,8 +223,9 @@ def _start(job, job_path: Path, log_path: Path, env: dict, forkserver, cancel):
 
 
 def run_worker(job: Job, job_path: Path, log_path: Path, *, stage_timeout_s: float,
-               on_event: Callable[[Event], None] | None = None, env: dict | None = None,
-               memory_limit_gb: float | None = None, cancel=None, forkserver=None,
+               on_event: Callable[[Event], None] | None = None, env: dict[str, str] | None = None,
+               memory_limit_gb: float | None = None, cancel: threading.Event | None = None,
+               forkserver: ForkServer | None = None,
                wake_fd: int | None = None) -> WorkerOutcome:
     """Run one job in a worker, calling ``on_event`` for each event as it comes.
     ``memory_limit_gb``: kill the worker when its unreclaimable memory (with its
@@ -236,7 +260,7 @@ def run_worker(job: Job, job_path: Path, log_path: Path, *, stage_timeout_s: flo
                 outcome.events.append(event)
                 if on_event:
                     on_event(event)
-            open_stage, stage_start = tail.open_stage, tail.stage_start
+            open_stage = tail.open_stage
             if code is not None:
                 outcome.returncode = code
                 kill_group(proc.pid)   # what the job started (a factory's helper process) ends with it
@@ -259,10 +283,11 @@ def run_worker(job: Job, job_path: Path, log_path: Path, *, stage_timeout_s: flo
                             "peak RSS %s MiB", used / GIB, memory_limit_gb, (time.monotonic() - seen) * 1000,
                             outcome.peak_rss_mb)
                 break
-            if open_stage is not None and time.monotonic() - stage_start > stage_timeout_s:
+            late = tail.overdue(stage_timeout_s)
+            if late is not None:
                 outcome.peak_rss_mb = stop_group(proc, grace_s=3.0)
                 outcome.returncode = proc.returncode
-                outcome.reason = timeout_reason(stage_timeout_s, open_stage.stage, where="; the worker was killed")
+                outcome.reason = timeout_reason(stage_timeout_s, late.stage, where="; the worker was killed")
                 break
             if cancel is not None and cancel.is_set():
                 raise KeyboardInterrupt

@@ -197,14 +197,15 @@ def _run_in_thread(ctx: RunContext, name: str, job: Job):
             for event in tail.read():
                 outcome.events.append(event)
                 apply_event(ctx, event)
-            open_stage, stage_start = tail.open_stage, tail.stage_start
+            open_stage = tail.open_stage
             if not alive:
                 break
             now = time.monotonic()
-            if timed_out is None and open_stage is not None and limit and now - stage_start > limit:
-                timed_out = (now, open_stage)
+            late = tail.overdue(limit, now) if timed_out is None else None
+            if late is not None:
+                timed_out = (now, late)
                 log.warning("in-process stage %s of %s ran past --timeout %g s: stopping its thread",
-                            open_stage.stage, open_stage.key, limit)
+                            late.stage, late.key, limit)
                 async_raise(thread, StageTimeout)
             elif timed_out is not None and now - timed_out[0] > IN_PROCESS_GRACE_S:
                 abandoned = True

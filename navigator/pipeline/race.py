@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import time
-import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,6 +119,7 @@ def _peer_window(ctx: RunContext, event) -> None:
     """Measure one window of a peer on this thread, as the race worker asked, write it to
     ``race_reply`` and wake the worker. Nothing else runs meanwhile: the worker waits."""
     from navigator.execution.profiling import ProfileSettings, batch_of
+    from navigator.execution.isolation import StageClock
     from navigator.execution.race_job import PEER_WAIT_S, race_window
     from navigator.execution.stages import stored_sample
     from navigator.pipeline.timeouts import StageTimeout, timeout_here
@@ -128,7 +128,7 @@ def _peer_window(ctx: RunContext, event) -> None:
     # --timeout (at most the worker's wait) bounds the window as a stage, as far as a thread allows
     limit = min(ctx.config.timeout or PEER_WAIT_S, PEER_WAIT_S)
     try:
-        with timeout_here(limit, types.SimpleNamespace(open_stage=event, stage_start=time.monotonic())):
+        with timeout_here(limit, StageClock(event)):
             peer = ctx.race.peers[f"{event.key} on {event.runner}"]
             if peer.infer is None:
                 peer.infer, _ = peer.runner.profiling_infer()

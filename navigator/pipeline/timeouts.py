@@ -6,24 +6,26 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from navigator.execution.isolation import StageClock
 
 
 @contextlib.contextmanager
-def timeout_here(limit: float | None, tail: Any) -> Iterator[None]:
-    """--timeout for stages run on this thread, their events read through ``tail``: a watch thread
+def timeout_here(limit: float | None, clock: StageClock) -> Iterator[None]:
+    """--timeout for stages run on this thread, timed by ``clock``: a watch thread
     raises :class:`StageTimeout` here (at the next bytecode) once a stage has been open longer than
     ``limit``; on leaving, it is stopped and a StageTimeout raised as the stage ended is cleared.
-    ``tail``: an isolation.EventTail (its ``open_stage`` and ``stage_start``)."""
+    ``clock``: an isolation.StageClock (an EventTail, or one window's own clock)."""
     from navigator.execution.isolation import POLL_S
 
     ident, stop = threading.get_ident(), threading.Event()
 
     def watch() -> None:
         while limit and not stop.wait(POLL_S):
-            if tail.open_stage is not None and time.monotonic() - tail.stage_start > limit:
+            if clock.overdue(limit) is not None:
                 async_raise_id(ident, StageTimeout)
                 return
 

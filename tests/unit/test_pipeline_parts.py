@@ -6,30 +6,39 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import types
 
 import pytest
 
 from navigator import machine
-from navigator.execution.jobs import timeout_reason
+from navigator.execution.isolation import StageClock
+from navigator.execution.jobs import Event, timeout_reason
 from navigator.execution.logs import StageLog
 from navigator.pipeline.digests import artifact_sha256
 from navigator.pipeline.timeouts import StageTimeout, async_raise, timeout_here
 
 
 def test_the_watch_stops_a_stage_that_runs_too_long_and_only_that():
-    tail = types.SimpleNamespace(open_stage="verify", stage_start=time.monotonic())
     start = time.monotonic()
     with pytest.raises(StageTimeout):
-        with timeout_here(0.2, tail):
+        with timeout_here(0.2, StageClock(Event(task=0, key="onnx", stage="verify", event="start"))):
             while time.monotonic() - start < 10:    # pure Python: stopped at its next bytecode
                 pass
     assert time.monotonic() - start < 5
-    tail = types.SimpleNamespace(open_stage=None, stage_start=time.monotonic())
-    with timeout_here(0.1, tail):                   # no stage open: nothing is raised
+    idle = StageClock()
+    with timeout_here(0.1, idle):                   # no stage open: nothing is raised
         time.sleep(0.3)
-    with timeout_here(None, tail):                  # no limit
+    with timeout_here(None, idle):                  # no limit
         pass
+
+
+def test_one_rule_says_when_a_stage_is_late():
+    stage = Event(task=0, key="onnx", stage="convert", event="start")
+    clock = StageClock(stage)
+    t0 = clock.stage_start
+    assert clock.overdue(2.0, now=t0 + 1.9) is None
+    assert clock.overdue(2.0, now=t0 + 2.1) is stage
+    assert clock.overdue(None, now=t0 + 1e6) is None and clock.overdue(0, now=t0 + 1e6) is None
+    assert StageClock().overdue(0.1, now=t0 + 10) is None      # nothing open: nothing late
 
 
 def test_async_raise_reaches_another_thread():
