@@ -186,7 +186,6 @@ def check_artifact(path: str | Path) -> list[str]:
 # --------------------------------------------------------------------------- precision in name only
 # a reduced-precision graph whose heavy ops' weights are mostly not in its precision is not that
 # precision (an fp16 conversion that kept an If node -- the whole network -- in fp32 held no fp16)
-MIN_PRECISION_SHARE = 0.5
 _PRECISION_TYPES = {"fp16": ("FLOAT16",), "bf16": ("BFLOAT16",), "int8": ("INT8", "UINT8"),
                     "fp8": ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ")}
 _COMPUTE_OPS = {"Conv", "ConvTranspose", "MatMul", "Gemm", "MatMulInteger", "ConvInteger", "QLinearConv",
@@ -206,6 +205,13 @@ def _graphs(graph):
             elif attr.type == AttributeProto.GRAPHS:
                 for g in attr.graphs:
                     yield from _graphs(g)
+
+
+def data_files(path: str | Path) -> list[Path]:
+    """The external data files a graph names, beside it (whether they exist or not)."""
+    from navigator.sources.signature import external_data_files, load_onnx
+
+    return external_data_files(load_onnx(path), Path(path).parent)
 
 
 def precision_share(path, precision: str) -> float | None:

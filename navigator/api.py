@@ -73,9 +73,10 @@ class Result:
     def unflatten(self, outputs: dict):
         """Outputs by name (as runners return them) back in the source model's own
         structure (a PyTorch module's dict / tuple / namedtuple); unchanged otherwise."""
+        from navigator.sources.torch import record_dir
         from navigator.workspace.layout import Workspace
 
-        io_file = Workspace(self.workspace).torch_source_dir / "io.json"
+        io_file = record_dir(Workspace(self.workspace)) / "io.json"
         if not io_file.is_file():
             return outputs
         from navigator.sources import torch_support

@@ -173,11 +173,6 @@ class Workspace:
         return [self.formats_dir, self.samples_dir, self.jobs_dir]
 
     @property
-    def torch_source_dir(self) -> Path:
-        """``formats/torch/``: how to rebuild a PyTorch source (source.json, io.json)."""
-        return self.format_dir("torch")
-
-    @property
     def formats_dir(self) -> Path:
         return self.root / "formats"
 

@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
             lines.append("  cures:")
             lines += [f"  * {c}" for c in verdict.cures]
         code = verdict.exit_code
-    elif header.builder == "tensorrt":
+    elif not header.rtx:
         same = engine.releases_with(header.version)
         out["triton_releases"] = same
         lines.append("  Triton releases with this TensorRT version (navigator's table): "

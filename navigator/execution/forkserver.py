@@ -80,7 +80,6 @@ SPAWN_WAIT_S = 120.0   # the longest a job waits for the server to fork it (it f
 TORCH_PRELOAD = ("torch", "torch.export", "torch._dynamo", "torch._inductor.compile_fx",
                  "torch.onnx._internal.exporter._core", "onnxscript.function_libs.torch_lib.ops",
                  "navigator.runners.torch")
-TORCH_SUFFIXES = (".py", ".pt", ".pt2", ".pth", ".ts", ".bin", ".safetensors")
 
 
 class ServerGone(Exception):
@@ -100,17 +99,16 @@ def preload_for(model, config) -> list[str]:
     thread held at that moment would stay locked in the child."""
     import importlib.util
 
+    from navigator import sources
+
     names = list(BASE_PRELOAD)
-    text = "" if model is None or not isinstance(model, (str, os.PathLike)) else os.fspath(model)
-    targets = " ".join(getattr(config, "targets", None) or ())
-    live_torch = type(model).__module__.startswith("torch") or any(
-        c.__module__.startswith("torch.nn") for c in type(model).__mro__)
-    hf_folder = bool(text) and Path(text).is_dir() and (Path(text) / "config.json").is_file()
-    torchy = (live_torch or hf_folder or ".py:" in text or text.endswith(TORCH_SUFFIXES)
-              or any(t in targets for t in ("torch", "aoti")))
-    if torchy:
+    source = sources.source_format(model) if model is not None else None
+    # Format.preload of the source's format and of each target's (a "?" target is optional)
+    needs = {_format_preload(t.rstrip("?")) for t in [*([source] if source else []), *(getattr(config, "targets",
+                                                                                           None) or ())]}
+    if needs - {None}:
         names += TORCH_PRELOAD
-    if hf_folder or (not text and type(model).__module__.startswith("transformers")):
+    if model is not None and sources.is_hf(model):
         names.append("transformers")
     return [n for n in names if importlib.util.find_spec(n.split(".")[0]) is not None]
 

@@ -54,12 +54,7 @@ def run_prepare(task) -> dict:
     facts = {"signature": src.signature.to_dict(), "batch_dim": prep.batch_dim, "profiles": prep.profiles,
              "stateful": prep.stateful,
              "samples_info": prep.samples_info.to_dict(), "warnings": reporter.lines,
-             "source": src.worker_facts() if hasattr(src, "worker_facts") else {
-                 "name": src.name, "factory": src.factory, "io": src.io.to_json(),
-                 "index_bounds": src.index_bounds, "notes": list(src.notes),
-                 "generated_float": list(src.generated_float), "reference_digest": src.reference_digest,
-                 "state_sha256": src.state_sha256, "file_kind": src.file_kind,
-                 "default_targets": list(src.default_targets) if src.default_targets else None}}
+             "source": src.worker_facts()}
     from navigator.workspace.atomic import write_text
 
     write_text(out / PREPARED_FILE, json.dumps(facts, default=str))

@@ -154,15 +154,11 @@ def run_variation(ws, task: Task, live: Any = None) -> None:
 
 
 def run_convert(ws, task: Task, live: Any = None) -> ConvertResult:
-    import importlib
-
     from navigator.converters.base import ConvertOutcome, context_from_workspace
+    from navigator.dotted import resolve
 
     conv = task.convert
-    module, _, qualname = conv.converter.partition(":")
-    cls = importlib.import_module(module)
-    for part in qualname.split("."):
-        cls = getattr(cls, part)
+    cls = resolve(conv.converter)
     ctx = context_from_workspace(ws.root, conv.source, conv.output, cls.params_from_dict(conv.params), conv.device,
                                  needs_live=cls.needs_live, live=live)
     ctx.output.parent.mkdir(parents=True, exist_ok=True)
@@ -179,21 +175,25 @@ def run_convert(ws, task: Task, live: Any = None) -> ConvertResult:
 
 
 def check_precision(key: str, path) -> float | None:
-    """The share of the artifact's weights in its key's precision (ONNX graphs); a reduced-precision
-    artifact holding most of its weights in another fails its convert step: it is not that precision."""
+    """The share of the artifact's weights in its key's precision (``Format.precision_share``); a
+    reduced-precision artifact holding most of its weights in another fails its convert step: it is
+    not that precision."""
     from navigator import formats
+    from navigator.dotted import resolve
 
     k = formats.parse_key(key)
-    if k.precision == "fp32" or k.format != "onnx":
+    measure = formats.get(k.format).precision_share
+    if k.precision == "fp32" or measure is None:
         return None
-    from navigator.converters.onnx_check import MIN_PRECISION_SHARE, precision_share
-
-    share = precision_share(path, k.precision)
+    share = resolve(measure)(path, k.precision)
     log.info("%s: %s of the weight bytes are %s", key, "n/a" if share is None else f"{share:.1%}", k.precision)
     if share is not None and share < MIN_PRECISION_SHARE:
         raise InvalidArtifact(f"only {share:.1%} of its weight bytes are {k.precision}: this is not an {k.precision} "
                               f"model (the conversion kept the rest in another precision; see convert.log)")
     return share
+
+
+MIN_PRECISION_SHARE = 0.5   # of the weight bytes, for an artifact to count as its key's precision
 
 
 class InvalidArtifact(RuntimeError):
@@ -203,16 +203,15 @@ class InvalidArtifact(RuntimeError):
 def check_artifact(key: str, path) -> list[str]:
     """Run the format record's artifact check (e.g. the ONNX graph check) on a converted artifact;
     returns its notes (repairs it made). An invalid artifact fails the convert step."""
-    import importlib
-
     from navigator import formats
+    from navigator.dotted import resolve
 
     record = formats.get(formats.parse_key(key).format)
     if not record.check:
         return []
-    module, _, name = record.check.partition(":")
+    check = resolve(record.check)   # a record naming no such function is a bug, not an invalid artifact
     try:
-        return list(getattr(importlib.import_module(module), name)(path) or [])
+        return list(check(path) or [])
     except Exception as e:   # the check's own message names the node and op where it can
         raise InvalidArtifact(f"the converted {record.name} artifact is invalid: {e}") from None
 

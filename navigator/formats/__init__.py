@@ -12,6 +12,8 @@ unknown name.
 
 from __future__ import annotations
 
+from typing import Any
+
 from navigator.formats.descriptor import PYTHON, Format, RunnerSpec, Serving
 from navigator.formats.keys import PRECISIONS, Key, is_key, parse_key, preference_rank
 from navigator.formats.registry import registry
@@ -20,6 +22,11 @@ from navigator.formats.registry import registry
 def get(name: str) -> Format:
     """The record of format ``name`` (UserInputError listing the known ones)."""
     return registry.get(name)
+
+
+def find(name: str) -> Format | None:
+    """The record of format ``name``, or None when no installed record has that name (a plugin's)."""
+    return registry.get(name) if registry.has(name) else None
 
 
 def all_formats() -> list[Format]:
@@ -37,7 +44,7 @@ def file_name(fmt: str) -> str:
     return registry.get(fmt).artifact
 
 
-def serving_refusal(key: str, fs) -> str | None:
+def serving_refusal(key: str, fs: Any) -> str | None:
     """Why a server would not run format ``key`` (its status record ``fs``) as it was verified: a
     runner that checks how the server runs it (RunnerSpec.serving_check: OpenVINO's default
     precision) did not verify it. None when it did, was skipped, or there is none."""
@@ -50,4 +57,4 @@ def serving_refusal(key: str, fs) -> str | None:
 
 
 __all__ = ["Format", "RunnerSpec", "Serving", "PYTHON", "Key", "PRECISIONS", "parse_key", "is_key",
-           "preference_rank", "get", "all_formats", "file_name", "registry", "serving_refusal"]
+           "preference_rank", "get", "find", "all_formats", "file_name", "registry", "serving_refusal"]

@@ -16,7 +16,7 @@ TORCH, PROGRAM = "torch", "torch._inductor.compile_fx"
 _GPU_ONLY = "{} run only on an NVIDIA GPU"
 
 
-def _both(*runners: str) -> dict:
+def _both(*runners: str) -> dict[str, tuple[RunnerSpec, ...]]:
     return {d: tuple(RunnerSpec(r, d) for r in runners) for d in (CPU, CUDA)}
 
 
@@ -74,6 +74,8 @@ FORMATS: tuple[Format, ...] = (
         python_loader="onnx", python_packages=("onnxruntime",),
         default_targets=("onnx", "onnx-optimized", "openvino?"),
         check="navigator.converters.onnx_check:check_artifact", debug_side="navigator.tools.debug_sides:OnnxSide",
+        precision_share="navigator.converters.onnx_check:precision_share",
+        data_files="navigator.converters.onnx_check:data_files",
         runner_classes={"onnxruntime": "navigator.runners.onnxruntime:OnnxruntimeRunner"}),
     Format(
         "torch_export", "model.pt2", preference=6, precisions=("fp32", "fp16", "bf16"), runners=_both("torch_export"),

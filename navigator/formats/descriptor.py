@@ -105,6 +105,12 @@ class Format:
     # "module:function(path) -> notes" run on every converted artifact of the format before its
     # convert step may say ok; it raises when the artifact is invalid (the onnx format's graph check)
     check: str | None = None
+    # "module:function(path, precision) -> share or None": the share of the artifact's weight bytes held
+    # in a reduced precision's types; a key of that precision whose share is below half fails convert
+    precision_share: str | None = None
+    # "module:function(path) -> [paths]": files the artifact reads beside it (ONNX external data); a
+    # Triton repository gets them, in the layout of the backend's default file when there are any
+    data_files: str | None = None
     # the module of the fork server's preload (navigator.execution.forkserver.TORCH_PRELOAD) that a
     # worker loading or running this format's artifact needs imported before it is forked
     preload: str | None = None

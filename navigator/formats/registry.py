@@ -115,7 +115,7 @@ class FormatRegistry:
         """Whether runner ``runner_key`` of format ``fmt`` checks how a server runs it (RunnerSpec)."""
         self._load()
         record = self._formats.get(fmt)
-        return bool(record) and any(spec.serving_check for specs in record.runners.values() for spec in specs
+        return record is not None and any(spec.serving_check for specs in record.runners.values() for spec in specs
                                     if spec.key == runner_key)
 
     def runner_keys(self) -> set[str]:

@@ -126,5 +126,5 @@ def verdict_cure(key: str, fs, verify) -> str | None:
         return (f"this {fs.precision} format changes the task's answer on these samples: serve a higher precision, "
                 f"or state the budget your task allows (--compare {name}:{mode}=VALUE)")
     debug = (f"`navigator debug WS {key}` names the first node that leaves tolerance, or "
-             if fs.format in ("onnx", "openvino") else "")
+             if getattr(formats.find(fs.format), "debug_side", None) else "")
     return f"{debug}state the tolerance your task allows (--atol {name}:VALUE, --rtol {name}:VALUE)"

@@ -156,7 +156,6 @@ def prepare_in_worker(model: str, samples: Any, config: NavigatorConfig, reporte
 
     from navigator.execution import isolation
     from navigator.execution.jobs import Job, PrepareSpec, Task
-    from navigator.sources import torch_support as ts
     from navigator.sources.torch import TorchSource
     from navigator.types import ModelSignature
     from navigator.workspace.status import SamplesInfo
@@ -196,18 +195,10 @@ def prepare_in_worker(model: str, samples: Any, config: NavigatorConfig, reporte
         found = {p.stem: npz.load(p) for p in (tmp / "out" / "variation").glob("*.npz")}
         variation = [found.get(f"{i:03d}") for i in range(len(reference))] if found else None
     s = facts["source"]
-    if s.get("kind") == "huggingface":
-        from navigator.sources.huggingface import HFSource
+    from navigator.sources.huggingface import HFSource
 
-        source = HFSource.from_facts(s, ModelSignature.from_dict(facts["signature"]))
-    else:
-        io = ts.TorchIO.from_json(s["io"])
-        source = TorchSource(format="torch", key="torch", name=s["name"], obj=None, isolated=True,
-                             factory=s["factory"], signature=ModelSignature.from_dict(facts["signature"]),
-                             index_bounds=s["index_bounds"], reference_runner=None, notes=s["notes"], io=io,
-                             generated_float=s["generated_float"], reference_digest=s["reference_digest"],
-                             state_sha256=s["state_sha256"], file_kind=s.get("file_kind"),
-                             default_targets=tuple(s["default_targets"]) if s["default_targets"] else None)
+    source_class = HFSource if s.get("kind") == "huggingface" else TorchSource
+    source = source_class.from_facts(s, ModelSignature.from_dict(facts["signature"]))
     for line in facts["warnings"]:
         log.warning("%s", line)
         reporter.warn(line)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from typing import Any
 from pathlib import Path
 
 from navigator.execution.jobs import Task
@@ -19,10 +20,9 @@ def _source_lines(ctx: RunContext, key: str, fs: FormatStatus) -> list[str]:
     source, its record (formats/torch/source.json names the factory or file); for a live object,
     nothing on disk can rebuild it."""
     src = ctx.status.model.path
-    if ctx.source.format == "torch":
-        what = f"rebuilt from {src}" if src else "a live nn.Module of the process that called navigator.convert"
-        return [f"# {key} is the source model, {what}: {fs.path} records how workers rebuild it",
-                "cat " + shlex.quote(fs.path)]
+    rebuilt = ctx.source.rebuild_lines(key, fs.path, src)
+    if rebuilt is not None:
+        return rebuilt
     if src is None:
         return [f"# {key} is the source model, exported from a live object of the process that called "
                 "navigator.convert: call it again from there to rebuild it", "exit 1"]
@@ -31,7 +31,7 @@ def _source_lines(ctx: RunContext, key: str, fs: FormatStatus) -> list[str]:
             f"{copy} {shlex.quote(src)} {shlex.quote(fs.path)}"]
 
 
-def write_reproduce(ctx: RunContext, item, fs: FormatStatus, task: Task) -> None:
+def write_reproduce(ctx: RunContext, item: Any, fs: FormatStatus, task: Task) -> None:
     ws = ctx.ws
     conv = task.convert
     lines = ["#!/usr/bin/env bash", f"# Rebuilds formats/{item.key} of this workspace.", "set -euo pipefail",

@@ -247,10 +247,8 @@ def _run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_
             if server is not None:
                 log.info("warm workers: each worker is a fork of the fork server %s, which imports %s "
                          "(--no-warm-workers: fresh interpreters)", server.pid, ", ".join(server.preload))
-            if source.format == "torch" and ctx.is_live:
-                from navigator.sources import torch_support
-
-                ctx.live = torch_support.flat_module(source.obj, source.io)
+            if ctx.is_live:
+                ctx.live = source.live_callable()
             _record_unavailable(ctx, unsupported, dropped)
             reporter.plan(ws, [p.key for p in planned], unsupported)
             run_formats(ctx, planned)

@@ -9,8 +9,6 @@ navigator.runners`` pulls in no framework.
 
 from __future__ import annotations
 
-import importlib
-
 from navigator.errors import UserInputError
 from navigator.formats import RunnerSpec
 from navigator.formats.registry import registry
@@ -39,8 +37,9 @@ def runner_class(name: str):
     classes = registry.runner_classes()
     if name not in classes:
         raise UserInputError(f"unknown runner {name!r}; known: {', '.join(sorted(classes))}")
-    module, _, cls = classes[name].partition(":")
-    return getattr(importlib.import_module(module), cls)
+    from navigator.dotted import resolve
+
+    return resolve(classes[name])
 
 
 def verify_options(fmt: str, precision: str, device: str) -> dict:

@@ -21,10 +21,15 @@ from navigator.errors import UserInputError
 from navigator.sources.base import Source
 from navigator.sources.hf_folder import is_hf_folder
 from navigator.sources.onnx import open_onnx
+from navigator.sources.tensorflow import FORMAT as SAVEDMODEL
 from navigator.sources.tensorflow import open_saved_model, open_tf_object, saved_model_name
+from navigator.sources.torch import FORMAT as TORCH
 from navigator.sources.torch import open_torch, open_torch_file
 
-__all__ = ["Source", "open_source", "default_name", "is_factory_spec", "is_hf_folder_spec", "torch_file_kind"]
+HUGGINGFACE = "huggingface"   # a --model-format, not a format: the folder's source is a torch one
+
+__all__ = ["Source", "open_source", "default_name", "is_factory_spec", "is_hf_folder_spec", "torch_file_kind",
+           "path_kind", "source_format", "is_hf"]
 
 
 def is_hf_folder_spec(model: Any, model_format: str | None = None) -> bool:
@@ -58,7 +63,50 @@ def is_factory_spec(model: Any) -> bool:
     return isinstance(model, str) and ":" in model and model.rpartition(":")[0].endswith(".py")
 
 
-def default_name(model: str | os.PathLike) -> str:
+def path_kind(path: Path) -> str | None:
+    """What a model path holds, told from its name and folder layout (nothing is loaded): a
+    format named by its suffix (``Format.source_suffixes``; a file whose format needs torch only when
+    it is a file), a SavedModel or Hugging Face folder; None when none of these."""
+    from navigator import formats
+
+    fmt = formats.by_suffix(path.suffix)
+    if fmt is not None and not formats.get(fmt).preload:
+        return fmt
+    kind = torch_file_kind(path)
+    if kind is not None:
+        return kind
+    if path.is_dir() and ((path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file()):
+        return SAVEDMODEL
+    if path.is_dir() and is_hf_folder(path):
+        return HUGGINGFACE
+    return None
+
+
+def source_format(model: Any) -> str | None:
+    """The format ``model`` would be opened as, told from its name or its classes' modules alone
+    (nothing opened, no framework imported); None when that does not tell."""
+    if is_factory_spec(model):
+        return TORCH
+    if isinstance(model, (str, os.PathLike)):
+        kind = path_kind(Path(model))
+        return TORCH if kind == HUGGINGFACE else kind
+    from navigator.sources import hf_support, tf_support, torch_support
+
+    if tf_support.is_tf_object(model):
+        return SAVEDMODEL
+    return TORCH if hf_support.is_hf_model(model) or torch_support.is_torch_module(model) else None
+
+
+def is_hf(model: Any) -> bool:
+    """A Hugging Face folder or a live transformers model, told without loading it."""
+    from navigator.sources import hf_support
+
+    if isinstance(model, (str, os.PathLike)):
+        return not is_factory_spec(model) and path_kind(Path(model)) == HUGGINGFACE
+    return hf_support.is_hf_model(model)
+
+
+def default_name(model: str | os.PathLike[str]) -> str:
     """The name ``open_source(model).name`` gives a model named by a path (the workspace's
     name without --model-name), found without opening the model: the file's stem, the
     factory file's stem for ``file.py:factory``, a SavedModel folder's name."""
@@ -96,19 +144,9 @@ def _open(model: Any, model_format: str | None, signature_name: str | None, task
         return open_torch(torch_support.load_factory(model), model)
     if isinstance(model, (str, os.PathLike)):
         path = Path(model)
-        fmt = model_format
+        fmt = model_format or path_kind(path)
         if fmt is None:
-            from navigator import formats
-
-            if formats.by_suffix(path.suffix) == "onnx":
-                fmt = "onnx"
-            elif torch_file_kind(path):
-                fmt = torch_file_kind(path)
-            elif path.is_dir() and ((path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file()):
-                fmt = "savedmodel"
-            elif path.is_dir() and is_hf_folder(path):
-                fmt = "huggingface"
-            elif not path.exists():
+            if not path.exists():
                 raise UserInputError(f"{path}: no such file or directory")
             else:
                 raise UserInputError(f"{path}: cannot tell the model format from the name; supported here: "

@@ -67,14 +67,14 @@ class Source:
     path: Path | None = None
     obj: Any = None                # live object (nn.Module, Keras model)
     signature: ModelSignature | None = None
-    index_bounds: dict = field(default_factory=dict)
-    value_ranges: dict = field(default_factory=dict)   # default [low, high) of generated inputs (flags win)
+    index_bounds: dict[str, Any] = field(default_factory=dict)
+    value_ranges: dict[str, Any] = field(default_factory=dict)   # default [low, high) of generated inputs (flags win)
     isolated: bool = True          # False when exported in the calling process
     reference_runner: Any = None           # RunnerTask computing the reference (None: computed in this process)
     # RunnerTask running the source the way its runners run it: the reference against it is the source's
     # own legitimate variation, the floor of the fp32 tolerances (navigator.validators.tolerances)
     variation_runner: Any = None
-    notes: list = field(default_factory=list)   # what opening the source decided for the user (shown as warnings)
+    notes: list[str] = field(default_factory=list)   # what opening the source decided for the user (shown as warnings)
     digest: str | None = field(default=None, repr=False, compare=False)   # sha256(), computed once
 
     def sha256(self) -> str | None:
@@ -92,20 +92,29 @@ class Source:
         ``file.py:factory`` for a factory; None for a live object (nothing on disk names it)."""
         return str(self.path.resolve()) if self.path and self.obj is None else None
 
-    def generate(self, signature: ModelSignature, **options) -> list[dict]:
+    def generate(self, signature: ModelSignature, **options: Any) -> list[dict[str, Any]]:
         """Generated sample batches (:func:`navigator.sources.samples.generate`'s options); a source
         that knows what its inputs look like (a Hugging Face model's padding masks) overrides it."""
         from navigator.sources import samples
 
         return samples.generate(signature, **options)
 
-    def derive_profile(self, signature: ModelSignature, batches: list[dict], *, batch_dim: int | None,
-                       max_batch_size: int) -> tuple[dict, list[str]]:
+    def derive_profile(self, signature: ModelSignature, batches: list[dict[str, Any]], *, batch_dim: int | None,
+                       max_batch_size: int) -> tuple[dict[str, Any], list[str]]:
         """The shape profile without --min/--max-shapes (:func:`navigator.sources.samples.derive_profile`);
         a source that knows the sizes its model takes overrides it."""
         from navigator.sources import samples
 
         return samples.derive_profile(signature, batches, batch_dim=batch_dim, max_batch_size=max_batch_size)
 
-    def export(self, ws, out_path: Path) -> dict:
+    def live_callable(self) -> Any:
+        """What in-process jobs call for a live object of this process (RunContext.live); None: nothing."""
+        return None
+
+    def rebuild_lines(self, key: str, artifact: str, given: str | None) -> list[str] | None:
+        """reproduce.sh's lines that bring the source's artifact back, when not a copy of what the
+        user gave (``given``); None: the copy."""
+        return None
+
+    def export(self, ws: Any, out_path: Path) -> dict[str, Any]:
         raise NotImplementedError

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from navigator.errors import UserInputError
-from navigator.sources.torch import TorchSource
+from navigator.sources.torch import FORMAT, TorchSource
 
 
 @dataclass
@@ -61,7 +61,7 @@ class HFSource(TorchSource):
         from navigator.sources.hf_folder import read_folder
 
         folder = read_folder(facts["folder"])
-        return cls(format="torch", key="torch", name=facts["name"], path=folder.path, isolated=True,
+        return cls(format=FORMAT, key=FORMAT, name=facts["name"], path=folder.path, isolated=True,
                    reference_runner=None, signature=signature, index_bounds=facts["index_bounds"],
                    notes=facts["notes"], io=ts.TorchIO.from_json(facts["io"]), folder=folder,
                    task=hs.TASKS[facts["task"]], fixed=facts["fixed"], output_fields=facts["outputs"],
@@ -285,7 +285,7 @@ def _source(model, task, how: str, info: dict, *, folder, trust_remote_code: boo
               "weights": list(folder.weights) if folder is not None else None,
               "tokenizer": folder.tokenizer if folder is not None else None,
               "trust_remote_code": trust_remote_code}
-    return HFSource(format="torch", key="torch", name=name, path=folder.path if folder is not None else None,
+    return HFSource(format=FORMAT, key=FORMAT, name=name, path=folder.path if folder is not None else None,
                     isolated=folder is not None, reference_runner=None, notes=notes, model=model, folder=folder,
                     task=task, inputs_plan=plan, fixed=fixed, output_fields=fields,
                     trust_remote_code=trust_remote_code, huggingface=record)

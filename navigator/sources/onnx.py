@@ -11,6 +11,8 @@ from navigator.errors import UserInputError
 from navigator.execution.jobs import RunnerTask
 from navigator.sources.base import Source
 
+FORMAT = "onnx"   # the format of this kind of source (its record in navigator.formats.builtin)
+
 
 class OnnxSource(Source):
     def export(self, ws, out_path: Path) -> dict:
@@ -44,7 +46,7 @@ def open_onnx(path: Path) -> OnnxSource:
     if short:
         raise UserInputError(f"{path}: {short}")
     check_onnx(path)
-    return OnnxSource(format="onnx", key="onnx", name=path.stem, path=path, signature=onnx_signature(model),
+    return OnnxSource(format=FORMAT, key=FORMAT, name=path.stem, path=path, signature=onnx_signature(model),
                       index_bounds=index_bounds(model), value_ranges=compared_values(model),
                       reference_runner=RunnerTask("onnxruntime", "cpu",
                                                   options={"graph_optimization_level": "disabled"}),

@@ -12,6 +12,8 @@ from navigator.errors import UserInputError
 from navigator.execution.jobs import RunnerTask
 from navigator.sources.base import Source, sha256_tree
 
+FORMAT = "savedmodel"   # the format of this kind of source (its record in navigator.formats.builtin)
+
 
 @dataclass
 class SavedModelSource(Source):
@@ -89,7 +91,7 @@ def open_saved_model(path: Path, signature_name: str | None = None) -> SavedMode
     if not tf_support.is_saved_model_dir(path):
         raise UserInputError(f"{path}: not a SavedModel directory (no saved_model.pb in it)")
     sig = tf_support.saved_model_signature(path, signature_name)
-    return SavedModelSource(format="savedmodel", key="savedmodel", name=saved_model_name(path), path=path,
+    return SavedModelSource(format=FORMAT, key=FORMAT, name=saved_model_name(path), path=path,
                             signature=sig,
                             signature_name=signature_name,
                             reference_runner=_tf_reference_runner(signature_name))
@@ -102,5 +104,5 @@ def open_tf_object(model: Any, signature_name: str | None = None) -> SavedModelS
     if not deps.has("tensorflow"):
         raise UserInputError(f"a {type(model).__name__} needs tensorflow", hint="pip install 'navigator[tensorflow]'")
     name = getattr(model, "name", None) or type(model).__name__
-    return SavedModelSource(format="savedmodel", key="savedmodel", name=str(name), obj=model, isolated=False,
+    return SavedModelSource(format=FORMAT, key=FORMAT, name=str(name), obj=model, isolated=False,
                             signature_name=signature_name, reference_runner=_tf_reference_runner(signature_name))

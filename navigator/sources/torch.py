@@ -12,6 +12,10 @@ from typing import Any
 from navigator.errors import UserInputError
 from navigator.sources.base import Source, sha256_factory, sha256_file
 
+from navigator.sources.torch_support import FORMAT, record_dir
+
+__all__ = ["TorchSource", "open_torch", "open_torch_file", "FORMAT", "record_dir"]
+
 
 @dataclass
 class TorchSource(Source):
@@ -26,6 +30,40 @@ class TorchSource(Source):
     generated_float: list = field(default_factory=list)   # inputs generated as float32 by default
     reference_digest: str | None = None   # of the reference outputs complete() computed
     state_sha256: str | None = None       # a factory's weights when the reference was computed
+
+    # -------------------------------------------------------------- prepared in a worker
+    def worker_facts(self) -> dict:
+        """What the calling process keeps of a source prepared in a worker (JSON-safe)."""
+        return {"name": self.name, "factory": self.factory, "io": self.io.to_json(),
+                "index_bounds": self.index_bounds, "notes": list(self.notes),
+                "generated_float": list(self.generated_float), "reference_digest": self.reference_digest,
+                "state_sha256": self.state_sha256, "file_kind": self.file_kind,
+                "default_targets": list(self.default_targets) if self.default_targets else None}
+
+    @classmethod
+    def from_facts(cls, facts: dict, signature) -> TorchSource:
+        from navigator.sources import torch_support as ts
+
+        return cls(format=FORMAT, key=FORMAT, name=facts["name"], obj=None, isolated=True,
+                   factory=facts["factory"], signature=signature, index_bounds=facts["index_bounds"],
+                   reference_runner=None, notes=facts["notes"], io=ts.TorchIO.from_json(facts["io"]),
+                   generated_float=facts["generated_float"], reference_digest=facts["reference_digest"],
+                   state_sha256=facts["state_sha256"], file_kind=facts.get("file_kind"),
+                   default_targets=tuple(facts["default_targets"]) if facts["default_targets"] else None)
+
+    def live_callable(self) -> Any:
+        """The live module flattened to tensors in, tensors out, as in-process jobs call it."""
+        from navigator.sources import torch_support
+
+        return None if self.obj is None else torch_support.flat_module(self.obj, self.io)
+
+    def rebuild_lines(self, key: str, artifact: str, given: str | None) -> list[str] | None:
+        """A PyTorch source's artifact is its record (source.json names the factory or file)."""
+        import shlex
+
+        what = f"rebuilt from {given}" if given else "a live nn.Module of the process that called navigator.convert"
+        return [f"# {key} is the source model, {what}: {artifact} records how workers rebuild it",
+                "cat " + shlex.quote(artifact)]
 
     def identity(self) -> str | None:
         if self.file_kind and self.factory:          # a .pt / .pt2 file
@@ -273,7 +311,7 @@ def open_torch_file(path: Path, kind: str) -> TorchSource:
     if not deps.has("torch"):
         raise UserInputError(f"{path}: a PyTorch model file needs torch", hint="pip install 'navigator[torch]'")
     module = ts.load_model_file(path, kind)
-    source = TorchSource(format="torch", key="torch", name=path.stem, obj=module, isolated=True,
+    source = TorchSource(format=FORMAT, key=FORMAT, name=path.stem, obj=module, isolated=True,
                          factory=str(path.resolve()), file_kind=kind, reference_runner=None)
     if kind == "torchscript":   # torch.export cannot capture a ScriptModule
         source.default_targets = ("torch", "onnx", "onnx-optimized")
@@ -287,6 +325,6 @@ def open_torch(model: Any, factory: str | None) -> TorchSource:
     name = Path(factory.rpartition(":")[0]).stem if factory else type(model).__name__
     # A factory is rebuilt in every worker (its weights checked against these); a live object is
     # used only in this process.
-    return TorchSource(format="torch", key="torch", name=name, obj=module, isolated=factory is not None,
+    return TorchSource(format=FORMAT, key=FORMAT, name=name, obj=module, isolated=factory is not None,
                        factory=factory, reference_runner=None,
                        state_sha256=ts.state_digest(module) if factory else None)

@@ -21,6 +21,13 @@ from typing import Any
 
 from navigator.errors import UserInputError
 
+FORMAT = "torch"   # the format of a PyTorch source (its record in navigator.formats.builtin)
+
+
+def record_dir(ws) -> Path:
+    """``formats/torch/`` of a workspace: how to rebuild a PyTorch source (source.json, io.json)."""
+    return ws.format_dir(FORMAT)
+
 log = logging.getLogger(__name__)
 
 
@@ -392,7 +399,7 @@ def workspace_module(ws_root: Path, live: Any = None):
     in the calling process (in-process jobs hand it over). Also returns its TorchIO."""
     from navigator.workspace.layout import Workspace
 
-    folder = Workspace(Path(ws_root)).torch_source_dir
+    folder = record_dir(Workspace(Path(ws_root)))
     io = read_io(folder)
     record = json.loads((folder / "source.json").read_text())
     module = rebuild(record, io)

@@ -71,8 +71,6 @@ class Plan:
 
 def _side(fmt: str):
     """The debug side class of format ``fmt`` (its descriptor's ``debug_side``), or None."""
-    import importlib
-
     from navigator import formats as formats_mod
 
     try:
@@ -81,10 +79,11 @@ def _side(fmt: str):
         return None
     if spec is None:
         return None
-    module, _, name = spec.partition(":")
+    from navigator.dotted import resolve
+
     try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as e:
+        return resolve(spec)
+    except (ImportError, AttributeError, ValueError) as e:
         raise UserInputError(f"format {fmt}: its debug_side {spec!r} cannot be loaded: {e}") from None
 
 

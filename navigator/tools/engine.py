@@ -23,7 +23,8 @@ from pathlib import Path
 
 from navigator.errors import UserInputError
 
-MAGICS = {b"ftrt": "tensorrt", b"ptrt": "tensorrt", b"vtrt": "tensorrt_rtx"}
+TENSORRT, TENSORRT_RTX = "tensorrt", "tensorrt_rtx"   # the builders, named as their formats
+MAGICS = {b"ftrt": TENSORRT, b"ptrt": TENSORRT, b"vtrt": TENSORRT_RTX}
 HEADER_BYTES = 32
 
 # TensorRT-RTX 1.x plans (magic vtrt) keep a bit set of the compute capabilities
@@ -46,8 +47,13 @@ class PlanHeader:
         return ".".join(str(v) for v in self.version)
 
     @property
+    def rtx(self) -> bool:
+        """Built by TensorRT-RTX, whose plans Triton's TensorRT backend never loads."""
+        return self.builder == TENSORRT_RTX
+
+    @property
     def display(self) -> str:
-        return f"{'TensorRT-RTX' if self.builder == 'tensorrt_rtx' else 'TensorRT'} {self.version_text}"
+        return f"{'TensorRT-RTX' if self.rtx else 'TensorRT'} {self.version_text}"
 
 
 def parse_header(data: bytes, *, size: int | None = None) -> PlanHeader:
@@ -63,7 +69,7 @@ def parse_header(data: bytes, *, size: int | None = None) -> PlanHeader:
         raise UserInputError("the plan header holds no builder version (TensorRT older than 8.6 did not write it)")
     builder = MAGICS[magic]
     ccs: tuple[str, ...] = ()
-    if builder == "tensorrt_rtx" and version[0] == 1 and len(data) >= 33:
+    if builder == TENSORRT_RTX and version[0] == 1 and len(data) >= 33:
         mask = data[32]
         ccs = tuple(name if name else f"unknown(bit {bit})" for bit in range(8) if mask >> bit & 1
                     for name in [_RTX_CC_BITS.get(bit)])
@@ -190,7 +196,7 @@ def check(header: PlanHeader, release: TritonRelease, *, version_compatible: boo
           key_dir: str | None = None) -> Verdict:
     """Will the engine with ``header`` load in ``release``'s TensorRT backend?"""
     cures = [_rebuild_cure(release.release, key_dir)]
-    if header.builder == "tensorrt_rtx":
+    if header.rtx:
         return Verdict("incompatible", f"a TensorRT-RTX {header.version_text} engine does not load in Triton's "
                        "TensorRT backend (platform tensorrt_plan), which runs TensorRT, not TensorRT-RTX",
                        [f"plan magic {header.magic!r} is TensorRT-RTX's"],

@@ -35,7 +35,7 @@ def release_for(repo: Path, models: list[str]) -> tuple[str, str]:
             except UserInputError as e:   # the kit never fails the emission: it says what it could not read
                 return DEFAULT_RELEASE, (f"{name}'s engine header cannot be read ({e.message}); "
                                          "the release is the default")
-            if header.builder != "tensorrt":
+            if header.rtx:
                 return DEFAULT_RELEASE, (f"{name}'s engine is {header.display}: Triton's TensorRT backend does not "
                                          "load it; the release here is the default")
             versions.add(header.version[:3])

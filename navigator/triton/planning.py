@@ -300,12 +300,6 @@ def _static_shapes(ws, st, fs) -> dict | None:
 
 
 # --------------------------------------------------------------------------- files
-def _onnx_external(path: Path) -> list[Path]:
-    from navigator.sources.signature import external_data_files, load_onnx
-
-    return external_data_files(load_onnx(path), path.parent)
-
-
 def _artifact_files(ws, fs, key: str, serving: backends.Serving, emission: Emission, notes: list[str],
                     packages: dict) -> None:
     plan = emission.plan
@@ -318,25 +312,23 @@ def _artifact_files(ws, fs, key: str, serving: backends.Serving, emission: Emiss
                              "again")
     files = emission.version_files
     artifact_name = src.name
-    if fmt == "onnx":
-        external = _onnx_external(src)
+    record = formats_mod.get(fmt)
+    if record.data_files and src.is_file():
+        from navigator.dotted import resolve
+
+        external = resolve(record.data_files)(src)
         missing = [p for p in external if not p.is_file()]
         if missing:
             raise UserInputError(f"{key}: external data {missing[0].name} is missing beside {fs.path}")
-        if external and not plan.python:
-            # Triton's layout for external data: a folder model.onnx/ holding model.onnx and its data
-            files["model.onnx/model.onnx"] = src
-            for p in external:
-                files[f"model.onnx/{os.path.relpath(p, src.parent)}"] = p
-        else:
-            files["model.onnx"] = src
-            for p in external:
-                files[os.path.relpath(p, src.parent)] = p
-        artifact_name = "model.onnx"
+        artifact_name = record.artifact
+        # Triton's layout for external data: a folder named as the default file, holding it and its data
+        folder = f"{serving.default_file}/" if external and not plan.python else ""
+        files[f"{folder}{serving.default_file if folder else artifact_name}"] = src
+        for p in external:
+            files[folder + os.path.relpath(p, src.parent)] = p
     elif src.is_dir():
         files[serving.default_file if not plan.python else src.name] = src
     else:
-        record = formats_mod.get(fmt)
         target = serving.default_file if not plan.python else record.artifact
         files[target] = src
         artifact_name = target

@@ -134,8 +134,10 @@ def test_preload_follows_the_source(tmp_path):
     assert "onnxruntime" not in forkserver.preload_for(str(onnx_file), Config())   # it starts a thread at import
     assert "torch" in forkserver.preload_for("model.py:factory", Config())
     assert not any(n.startswith("tensorflow") for n in forkserver.preload_for("saved_model_dir", Config()))
+    Config.targets = ["onnx", "torch_export-fp16", "openvino?"]   # a target's record needs torch
+    assert "torch" in forkserver.preload_for(str(onnx_file), Config())
     (tmp_path / "hf").mkdir()
-    (tmp_path / "hf" / "config.json").write_text("{}")
+    (tmp_path / "hf" / "config.json").write_text('{"model_type": "bert"}')
     hf = forkserver.preload_for(str(tmp_path / "hf"), Config())
     assert "torch" in hf and ("transformers" in hf) == (__import__("importlib").util.find_spec("transformers")
                                                          is not None)

@@ -169,3 +169,49 @@ def test_no_module_is_over_500_lines():
     long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "navigator").rglob("*.py"))
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, long
+
+
+# a format's name belongs to its record, converters, runners and source kind; elsewhere a string equal
+# to one is another thing's name, listed here with what it names
+FORMAT_HOMES = ("navigator.formats", "navigator.converters", "navigator.runners", "navigator.sources",
+                "navigator.tools.debug_sides", "navigator.tools.engine")
+NOT_FORMAT_NAMES = {   # module -> (the names it may write, what they name there)
+    "navigator.deps": (("aoti", "onnx", "openvino", "tensorrt", "tensorrt_rtx", "torch", "torch_tensorrt"),
+                       "pip distributions and import names"),
+    "navigator.execution.forkserver": (("onnx", "torch"), "modules the fork server imports"),
+    "navigator.execution.forkserver_process": (("torch",), "the torch module in sys.modules"),
+    "navigator.tools.gate.policy": (("onnx", "openvino", "tensorrt", "torch"),
+                                    "the packages a throughput fingerprint records"),
+    "navigator.triton.served": (("openvino", "tensorrt"), "Triton's openvino backend, ORT's tensorrt accelerator"),
+    "navigator.triton.server": (("openvino", "tensorrt"), "Triton's backends"),
+    "navigator.validators.numeric": (("torch",), "the torch module Polygraphy would import"),
+}
+
+
+def format_names_outside(mods: dict[str, Path]) -> dict[str, list[tuple[int, str]]]:
+    from navigator.formats.builtin import FORMATS
+
+    names = {f.name for f in FORMATS}
+    found: dict[str, list[tuple[int, str]]] = {}
+    for name, path in mods.items():
+        if name.startswith(FORMAT_HOMES):
+            continue
+        other_names = NOT_FORMAT_NAMES.get(name, ((), ""))[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in names and node.value not in other_names:
+                found.setdefault(name, []).append((node.lineno, node.value))
+    return found
+
+
+def test_a_format_is_named_only_where_it_lives():
+    """No module of the middle branches on a format's name: what differs by format is a field of
+    its record (navigator.formats.builtin) or a method of its source kind."""
+    found = format_names_outside(modules())
+    assert not found, "format names outside their records: " + "; ".join(
+        f"{m}: " + ", ".join(f"{v!r} (line {line})" for line, v in hits) for m, hits in found.items())
+
+
+def test_the_format_name_check_can_fail(tmp_path):
+    bad = tmp_path / "middle.py"
+    bad.write_text('def f(fs):\n    return fs.format == "openvino"\n')
+    assert format_names_outside({"navigator.pipeline.middle": bad}) == {"navigator.pipeline.middle": [(2, "openvino")]}
