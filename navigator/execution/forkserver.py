@@ -93,20 +93,19 @@ def available() -> bool:
 def preload_for(model, config) -> list[str]:
     """The modules a run's workers will import, as far as the model tells before it is opened:
     always NumPy, ONNX, Polygraphy and Navigator's stages; torch, its compiler and its ONNX exporter
-    for a torch source (a live module, a ``file.py:factory``, a checkpoint, a Hugging Face folder) or
-    a torch target; transformers for a Hugging Face folder. Never a module that starts a thread at import
-    (onnxruntime, OpenVINO, TensorFlow): a fork copies only the forking thread, and a lock another
-    thread held at that moment would stay locked in the child."""
+    when the source's or a target's format record needs them (Format.preload: a live module, a
+    ``file.py:factory``, a TorchScript or ExportedProgram file, a Hugging Face folder; a torch target);
+    transformers for a Hugging Face model. Never a module that starts a thread at import (onnxruntime,
+    OpenVINO, TensorFlow): a fork copies only the forking thread, and a lock another thread held at
+    that moment would stay locked in the child."""
     import importlib.util
 
     from navigator import sources
 
     names = list(BASE_PRELOAD)
-    source = sources.source_format(model) if model is not None else None
-    # Format.preload of the source's format and of each target's (a "?" target is optional)
-    needs = {_format_preload(t.rstrip("?")) for t in [*([source] if source else []), *(getattr(config, "targets",
-                                                                                           None) or ())]}
-    if needs - {None}:
+    formats = [sources.source_format(model) if model is not None else None]
+    formats += [t.rstrip("?") for t in getattr(config, "targets", None) or ()]   # "?": an optional target
+    if any(_format_preload(f) for f in formats if f):   # Format.preload of the source's or a target's format
         names += TORCH_PRELOAD
     if model is not None and sources.is_hf(model):
         names.append("transformers")
