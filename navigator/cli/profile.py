@@ -9,8 +9,9 @@ config.pbtxt variant loaded through the repository API and measured over a concu
 sweep (or open loop over request rates) with Perf Analyzer's windows
 (stable when the last 3 agree within 10%, at most 10). The real perf_analyzer runs
 when it is there (--perf-analyzer auto), else navigator's own load generator.
---search brute sweeps (stopping when throughput gains < 5%), quick hill-climbs; both
-stop at --budget-s and record what they skipped. Results: WS/serving/ (ranked.csv,
+--search brute sweeps (a sweep stops when throughput gains < 5%; what it passed over is
+measured last, budget allowing), quick hill-climbs; both stop at --budget-s and record
+what they skipped. Results: WS/serving/ (ranked.csv,
 results.csv/json, chosen.config.pbtxt, PNG plots, model_analyzer.yaml,
 perf_analyzer.sh, perf_input.json), status.yaml `serving:`, WS/report/summary.md.
 --apply [REPO] writes the chosen instance_group/max_batch_size/dynamic_batching into
@@ -121,7 +122,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "repository at the end")
     c = parser.add_argument_group("configuration search")
     c.add_argument("--search", choices=["brute", "quick"], default="brute",
-                   help="brute: sweep (stops when throughput gains < 5%%); quick: hill-climbing")
+                   help="brute: sweep (stops when throughput gains < 5%%, the rest measured last while the "
+                        "budget lasts); quick: hill-climbing")
     c.add_argument("--objective", choices=["throughput", "p99_latency"], default="throughput")
     c.add_argument("--max-p99-ms", type=float, metavar="MS", help="constraint: p99 latency at most MS")
     c.add_argument("--min-throughput", type=float, metavar="N", help="constraint: at least N inferences/s")

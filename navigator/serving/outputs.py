@@ -116,7 +116,7 @@ def build_record(r: ServingRun, space: Space, objective: Objective, outcome, dur
     chosen = outcome.chosen(objective)
     configs = [_config_record(x, objective, r.preferred) for x in outcome.results]
     configs += [_config_record(x, objective, r.preferred) for x in outcome.skipped]
-    skipped = [f"{x.candidate.name}: {x.reason}" for x in outcome.skipped] + list(outcome.stopped)
+    skipped = [f"{x.candidate.name}: {x.reason}" for x in outcome.skipped]
     status, reason = "ok", None
     if chosen is None:
         status = "failed"

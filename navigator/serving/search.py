@@ -12,7 +12,8 @@ measured over a concurrency sweep by an ``evaluate`` callback; the search only s
   size ascending; a sweep (of
   concurrency inside a candidate, of max batch size across candidates) stops when
   throughput gains < 5% for ``patience`` steps in a row (:class:`StopRule`). The max
-  batch size sweeps advance in turn, so a short budget still sees every instance count.
+  batch size sweeps advance in turn, so a short budget still sees every instance count;
+  the sizes a stopped sweep passed over come last, while the budget lasts.
 - ``quick``: hill-climbing from the smallest candidate over the index grid, moving to
   the best improving neighbour (±1 on one axis) until none improves.
 
@@ -185,7 +186,6 @@ class StopRule:
 class SearchOutcome:
     results: list[ConfigResult] = field(default_factory=list)     # measured (ok or failed), in order
     skipped: list[ConfigResult] = field(default_factory=list)     # not measured, with the reason
-    stopped: list[str] = field(default_factory=list)              # why sweeps ended early
 
     def ranked(self, objective: Objective) -> list[ConfigResult]:
         ok = [r for r in self.results if r.status == "ok" and r.measurements]
@@ -204,8 +204,9 @@ def brute(space: Space, evaluate: Evaluate, has_time: HasTime, *, rule: StopRule
     """Every instance count, delay, preferred sizes and cache setting, each a sweep of max
     batch size ascending that ends at the stop rule. The sweeps advance in turn, one max
     batch size each, so a budget that ends the search early has still seen every instance
-    count (the budget is shared fairly); with time enough the set measured is the same as
-    sweeping one after the other."""
+    count (the budget is shared fairly). The sizes a sweep's stop rule passed over are
+    measured after every sweep ended while the budget lasts (else skipped: budget): with
+    time enough, brute measures the whole space."""
     rule = rule or StopRule()
     out = SearchOutcome()
     sizes = list(space.max_batch_sizes)
@@ -213,6 +214,7 @@ def brute(space: Space, evaluate: Evaluate, has_time: HasTime, *, rule: StopRule
     step = {s: 0 for s in sweeps}
     gains: dict[tuple[Any, ...], list[float]] = {s: [] for s in sweeps}
     active = list(sweeps)
+    passed: list[tuple[int, int, Candidate, str]] = []   # (size index, sweep index, candidate, why) passed over
     while active:
         for sweep in list(active):
             inst, delay, pref, cache = sweep
@@ -229,12 +231,17 @@ def brute(space: Space, evaluate: Evaluate, has_time: HasTime, *, rule: StopRule
             gains[sweep].append(res.best_throughput() if res.status == "ok" else 0.0)
             if sweep in active and rule.should_stop(gains[sweep]):
                 active.remove(sweep)
-                rest = sizes[n + 1:]
-                what = f"instances {inst}, delay {delay}" + (f", preferred {list(pref)}" if pref is not None else "") \
-                    + (f", cache {'on' if cache else 'off'}" if cache is not None else "")
-                out.stopped.append(f"{what}: max batch size sweep stopped after "
-                                   f"{sizes[n]} (throughput gains < {rule.min_gain:.0%} for {rule.patience} steps); "
-                                   f"not measured: {', '.join(map(str, rest))}")
+                why = (f"budget, after its max batch size sweep stopped at {sizes[n]} (throughput gains "
+                       f"< {rule.min_gain:.0%} for {rule.patience} steps)")
+                passed += [(m, sweeps.index(sweep), Candidate(inst, sizes[m], delay, pref, cache), why)
+                           for m in range(n + 1, len(sizes))]
+    # what the rule passed over comes last, smallest max batch size first: the rule ranks what a short
+    # budget measures; with time left the space is measured whole, as a noisy step may have stopped a sweep
+    for _m, _s, cand, why in sorted(passed, key=lambda p: p[:2]):
+        if has_time():
+            out.results.append(evaluate(cand))
+        else:
+            out.skipped.append(ConfigResult(cand, status="skipped", reason=why))
     return out
 
 

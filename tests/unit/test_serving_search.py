@@ -56,11 +56,18 @@ def test_brute_stops_the_max_batch_sweep_when_gains_end():
         return result(c, {1: 100, 2: 180, 4: 300, 8: 305, 16: 300, 32: 400}[c.max_batch_size] * c.instances)
 
     out = brute(space, evaluate, lambda: True)
-    assert [c.max_batch_size for c in seen if c.instances == 1] == [1, 2, 4, 8, 16]   # 32 never measured
-    assert len(seen) == 10
-    assert len(out.stopped) == 2 and "not measured: 32" in out.stopped[0]
+    assert [c.max_batch_size for c in seen[:10] if c.instances == 1] == [1, 2, 4, 8, 16]   # the sweep stops
+    assert seen[10:] == [Candidate(1, 32, 0), Candidate(2, 32, 0)]   # then what it passed over, with time left
+    assert not out.skipped
     chosen = out.chosen(Objective())
-    assert chosen.candidate == Candidate(2, 8, 0)
+    assert chosen.candidate == Candidate(2, 32, 0)   # the noisy plateau hid the best size
+    budget = iter([True] * 10 + [False] * 5)
+    seen.clear()
+    out = brute(space, evaluate, lambda: next(budget))
+    assert len(seen) == 10 and {s.candidate for s in out.skipped} == {Candidate(1, 32, 0), Candidate(2, 32, 0)}
+    assert out.skipped[0].reason == "budget, after its max batch size sweep stopped at 16 (throughput gains < 5% " \
+                                    "for 2 steps)"
+    assert out.chosen(Objective()).candidate == Candidate(2, 8, 0)
 
 
 def test_brute_records_what_the_budget_skipped():
