@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,12 +24,9 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks.getting_started import navigator, workspace_and_repo  # noqa: E402
 SEARCH = ["--instance-counts", "1,2", "--max-batch-sizes", "1,8", "--concurrency", "1:8", "--measurement-ms", "500"]
-
-
-def navigator(*args, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "navigator", *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, timeout=1800)
 
 
 def profile(ws: Path, extra: list[str], budget: float) -> dict:
@@ -56,15 +52,7 @@ def main(argv=None) -> int:
 
     load0 = os.getloadavg()
     tmp = Path(tempfile.mkdtemp(prefix="nav-serving-remote-"))
-    r = navigator("convert", ROOT / "examples" / "tiny_classifier.onnx", "--workdir", tmp / "w", "--targets", "onnx",
-                  cwd=tmp)
-    if r.returncode != 0:
-        raise SystemExit(r.stderr)
-    ws = next((tmp / "w").glob("*.nav.workspace"))
-    repo = tmp / "remote_repo"
-    r = navigator("triton", ws, "--repo", repo, "--deploy", "none", cwd=tmp)
-    if r.returncode != 0:
-        raise SystemExit(r.stderr)
+    ws, repo = workspace_and_repo(tmp, "remote_repo")
     runs: list[tuple[str, dict]] = []
     with TritonServer(repo, cpu_backends=True, log_path=tmp / "remote_server.log") as server:
         remote = ["--url", server.grpc_url, "--load-configs"]
