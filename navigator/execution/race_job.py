@@ -167,7 +167,9 @@ def _load(ws, entry: _Entry) -> None:
     task, spec = entry.task, entry.spec
     entry.runner = runners.create(spec.spec(), ws.abs(task.artifact),
                                   **runner_options(task, spec, task.io_names, None))
-    entry.runner.activate()
+    start = time.perf_counter()
+    entry.runner.activate()   # torch_compile compiles here, from the run's compiler caches its verify filled
+    log.info("race: %s loaded in %.2f s", entry.name, time.perf_counter() - start)
     entry.infer, entry.io = entry.runner.profiling_infer()
 
 
