@@ -174,6 +174,9 @@ def run_convert(ws, task: Task, live: Any = None) -> ConvertResult:
                          io_names=dict(outcome.io_names or {}), precision_share=share)
 
 
+MIN_PRECISION_SHARE = 0.5   # of the weight bytes, for an artifact to count as its key's precision
+
+
 def check_precision(key: str, path) -> float | None:
     """The share of the artifact's weights in its key's precision (``Format.precision_share``); a
     reduced-precision artifact holding most of its weights in another fails its convert step: it is
@@ -191,9 +194,6 @@ def check_precision(key: str, path) -> float | None:
         raise InvalidArtifact(f"only {share:.1%} of its weight bytes are {k.precision}: this is not an {k.precision} "
                               f"model (the conversion kept the rest in another precision; see convert.log)")
     return share
-
-
-MIN_PRECISION_SHARE = 0.5   # of the weight bytes, for an artifact to count as its key's precision
 
 
 class InvalidArtifact(RuntimeError):

@@ -26,7 +26,7 @@ def get(name: str) -> Format:
 
 def find(name: str) -> Format | None:
     """The record of format ``name``, or None when no installed record has that name (a plugin's)."""
-    return registry.get(name) if registry.has(name) else None
+    return get(name) if registry.has(name) else None
 
 
 def all_formats() -> list[Format]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from navigator.execution.jobs import Task
 from navigator.pipeline.context import RunContext

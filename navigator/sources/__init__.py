@@ -23,6 +23,7 @@ from navigator.sources.hf_folder import is_hf_folder
 from navigator.sources.onnx import open_onnx
 from navigator.sources.tensorflow import FORMAT as SAVEDMODEL
 from navigator.sources.tensorflow import open_saved_model, open_tf_object, saved_model_name
+from navigator.sources.tf_support import is_saved_model_dir
 from navigator.sources.torch import FORMAT as TORCH
 from navigator.sources.torch import open_torch, open_torch_file
 
@@ -38,10 +39,9 @@ def is_hf_folder_spec(model: Any, model_format: str | None = None) -> bool:
     if not isinstance(model, (str, os.PathLike)) or is_factory_spec(model):
         return False
     if model_format is not None:
-        return model_format == "huggingface"
+        return model_format == HUGGINGFACE
     path = Path(model)
-    saved_model = (path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file()
-    return path.is_dir() and not saved_model and is_hf_folder(path)
+    return path.is_dir() and not is_saved_model_dir(path) and is_hf_folder(path)
 
 
 def torch_file_kind(model: Any, model_format: str | None = None) -> str | None:
@@ -75,11 +75,9 @@ def path_kind(path: Path) -> str | None:
     kind = torch_file_kind(path)
     if kind is not None:
         return kind
-    if path.is_dir() and ((path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file()):
+    if is_saved_model_dir(path):
         return SAVEDMODEL
-    if path.is_dir() and is_hf_folder(path):
-        return HUGGINGFACE
-    return None
+    return HUGGINGFACE if is_hf_folder_spec(path) else None
 
 
 def source_format(model: Any) -> str | None:
@@ -102,7 +100,7 @@ def is_hf(model: Any) -> bool:
     from navigator.sources import hf_support
 
     if isinstance(model, (str, os.PathLike)):
-        return not is_factory_spec(model) and path_kind(Path(model)) == HUGGINGFACE
+        return is_hf_folder_spec(model)
     return hf_support.is_hf_model(model)
 
 
@@ -163,7 +161,7 @@ def _open(model: Any, model_format: str | None, signature_name: str | None, task
             return open_torch_file(path, fmt)
         if fmt == "savedmodel":
             return open_saved_model(path, signature_name)
-        if fmt == "huggingface":
+        if fmt == HUGGINGFACE:
             from navigator.sources.huggingface import open_hf_folder
 
             if not path.is_dir():

@@ -11,7 +11,6 @@ from typing import Any
 
 from navigator.errors import UserInputError
 from navigator.sources.base import Source, sha256_factory, sha256_file
-
 from navigator.sources.torch_support import FORMAT, record_dir
 
 __all__ = ["TorchSource", "open_torch", "open_torch_file", "FORMAT", "record_dir"]

@@ -73,10 +73,7 @@ def _side(fmt: str):
     """The debug side class of format ``fmt`` (its descriptor's ``debug_side``), or None."""
     from navigator import formats as formats_mod
 
-    try:
-        spec = formats_mod.get(fmt).debug_side
-    except UserInputError:      # a plugin's format not installed here
-        return None
+    spec = getattr(formats_mod.find(fmt), "debug_side", None)   # None too for a plugin's format not installed
     if spec is None:
         return None
     from navigator.dotted import resolve

@@ -320,10 +320,10 @@ def _artifact_files(ws, fs, key: str, serving: backends.Serving, emission: Emiss
         missing = [p for p in external if not p.is_file()]
         if missing:
             raise UserInputError(f"{key}: external data {missing[0].name} is missing beside {fs.path}")
-        artifact_name = record.artifact
+        artifact_name = serving.default_file if not plan.python else record.artifact
         # Triton's layout for external data: a folder named as the default file, holding it and its data
-        folder = f"{serving.default_file}/" if external and not plan.python else ""
-        files[f"{folder}{serving.default_file if folder else artifact_name}"] = src
+        folder = f"{artifact_name}/" if external and not plan.python else ""
+        files[folder + artifact_name] = src
         for p in external:
             files[folder + os.path.relpath(p, src.parent)] = p
     elif src.is_dir():
