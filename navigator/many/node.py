@@ -20,6 +20,11 @@ without it, as ``navigator convert`` would (:func:`_node_threads`).
 Each phase records its attempt and the steps it ran in ``placement.yaml``
 (:mod:`navigator.many.placement`). Errors come back as values, never raised, so the driver
 can tell a model's failure from a lost node.
+
+Ctrl-C reaches a phase through the run's stop file in the shared workdir (``request["stop"]``),
+not ``ray.cancel``: a cancel that crosses a task's reply makes Ray's driver abort ("Tried to
+complete task that was not pending"). :class:`StopWatch` interrupts the phase's thread as a
+cancel would (a KeyboardInterrupt), and a phase that starts after the file appeared does not run.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import threading
 import time
 import traceback
 from typing import Any
@@ -73,6 +79,53 @@ class StepRecorder(Reporter):
         step = stage if runner is None else f"{stage} {runner}"
         self.ran.append(f"{key} {step}")
         placement.record_step(self.ws, key, step, {**self.by, "status": result.get("status", "ok")})
+
+
+class StopWatch:
+    """Raises KeyboardInterrupt in this process's main thread once ``path`` exists, at most once,
+    and never after :meth:`disarm` (a Ray worker runs other tasks afterwards)."""
+
+    POLL_S = 0.2
+
+    def __init__(self, path: str | None):
+        self.path = path
+        self.fired = False
+        self._armed = False
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+
+    def stopped(self) -> bool:
+        return bool(self.path) and os.path.exists(self.path)
+
+    def arm(self) -> None:
+        # a KeyboardInterrupt lands in the main thread only: elsewhere the driver's kill stops the task
+        if not self.path or threading.current_thread() is not threading.main_thread():
+            return
+        self._armed = True
+        threading.Thread(target=self._watch, name="navigator-stop-watch", daemon=True).start()
+
+    def _watch(self) -> None:
+        import _thread
+
+        while not self._done.wait(self.POLL_S):
+            if self.stopped():
+                with self._lock:
+                    if self._armed:
+                        self.fired = True
+                        _thread.interrupt_main()
+                return
+
+    def disarm(self) -> None:
+        with self._lock:
+            self._armed = False
+        self._done.set()
+        _checkpoint()
+
+
+def _checkpoint() -> None:
+    """Entering a Python function lets a pending interrupt be raised here, not later."""
+    for _ in range(2):
+        pass
 
 
 def _wait_for_lock(ws, timeout_s: float) -> None:
@@ -131,13 +184,36 @@ def run_phase(request: dict, where: dict | None = None, ray_threads: str | None 
     """Run one phase of one model; returns what happened as a mapping:
     ``status`` (ok | error | interrupted), ``exit_code`` (navigator convert's), ``failures``,
     ``message`` (the error line), ``where``, ``wall_s``, ``ran`` (steps run here)."""
+    where = where or here()
+    watch = StopWatch(request.get("stop"))
+    if watch.stopped():     # queued when Ctrl-C came: never begins (no attempt in placement.yaml)
+        return _interrupted(request, where, "interrupted before it started")
+    watch.arm()
+    try:
+        out = _run_phase(request, where, ray_threads)
+        watch.disarm()
+    except KeyboardInterrupt:   # the stop's interrupt, raised after the pipeline's own guards
+        watch.disarm()
+        from navigator.workspace.layout import Workspace
+
+        placement.end_attempt(Workspace.for_model(request["workdir"], request["name"]), request["attempt"],
+                              "interrupted")
+        out = _interrupted(request, where, "interrupted")
+    return out
+
+
+def _interrupted(request: dict, where: dict, message: str) -> dict:
+    return {"name": request["name"], "phase": request["phase"], "attempt": request["attempt"], "where": where,
+            "failures": [], "ran": [], "status": "interrupted", "exit_code": 130, "message": message, "wall_s": 0.0}
+
+
+def _run_phase(request: dict, where: dict, ray_threads: str | None) -> dict:
     from navigator import pipeline
     from navigator.config import from_mapping
     from navigator.errors import Interrupted, NavigatorError
     from navigator.workspace.layout import Workspace
 
     start = time.monotonic()
-    where = where or here()
     number = request["attempt"]
     out: dict[str, Any] = {"name": request["name"], "phase": request["phase"], "attempt": number, "where": where,
                            "failures": [], "message": None, "ran": []}

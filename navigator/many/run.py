@@ -8,6 +8,7 @@ import os
 import secrets
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 from navigator.errors import UserInputError
@@ -114,11 +115,13 @@ def _on_ray(m, run: dict, reporter, address: str | None, max_parallel: int | Non
         token = m.workdir / f".convert-many-{run['id']}.token"
         token.write_text(run["id"], encoding="utf-8")
         run["token"] = {"path": str(token), "value": run["id"]}
+        run["stop"] = str(m.workdir / f".convert-many-{run['id']}.stop")   # written on Ctrl-C (schedule._stop)
         try:
             _begin(m, run)
             return run_on_ray(m, run, reporter, max_parallel=max_parallel)
         finally:
             token.unlink(missing_ok=True)
+            Path(run["stop"]).unlink(missing_ok=True)
             note = cluster.temp_dir_note(session)
             if note:
                 reporter.info(note)

@@ -14,10 +14,12 @@ that runs the pipeline), except for a ``file.py:factory`` model: importing it pu
 the new attempt records the lost one in placement.yaml before resuming the workspace, which keeps
 every step the lost attempt finished.
 
-Ctrl-C: every running task gets a KeyboardInterrupt (``ray.cancel``), which the pipeline turns
-into ``state: interrupted`` with its workers stopped; tasks that do not end within
-:data:`STOP_GRACE_S` are killed (their status.yaml then says ``running``, which a re-run also
-resumes). Pending tasks never start.
+Ctrl-C: the run's stop file appears in the shared workdir and every running task gets a
+KeyboardInterrupt from it (:class:`navigator.many.node.StopWatch`; not ``ray.cancel``, whose race
+with a task's reply aborts Ray's driver), which the pipeline turns into ``state: interrupted``
+with its workers stopped. Tasks still queued return at once without running; tasks that do not
+end within :data:`STOP_GRACE_S` are killed (their status.yaml then says ``running``, which a
+re-run also resumes).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 
 from navigator.many import placement
 from navigator.many.cluster import short
@@ -65,7 +68,7 @@ def request(run: dict, job: _Job) -> dict:
     e = job.entry
     return {"name": e.name, "model": e.model, "options": e.options, "workdir": str(run["workdir"]),
             "where": e.where, "phase": job.current, "attempt": job.outcome.attempts, "retry_of": job.retry_of,
-            "retry_reason": job.retry_reason, "run_id": run["id"], "token": run.get("token"),
+            "retry_reason": job.retry_reason, "run_id": run["id"], "token": run.get("token"), "stop": run.get("stop"),
             "navigator_version": run["navigator_version"]}
 
 
@@ -254,8 +257,11 @@ def _stop(ray, inflight: dict, reporter, run: dict) -> None:
         return
     reporter.info(f"interrupted: stopping {len(inflight)} task(s)")
     refs = list(inflight)
-    for ref in refs:
-        ray.cancel(ref, force=False)
+    try:
+        Path(run["stop"]).write_text(run["id"], encoding="utf-8")
+    except (KeyError, OSError):    # no stop file: Ray's own interrupt, racy as it is
+        for ref in refs:
+            ray.cancel(ref, force=False)
     deadline = time.monotonic() + STOP_GRACE_S
     pending = refs
     try:

@@ -411,6 +411,7 @@ def held():
             if (ws / "status.yaml").is_file():
                 assert yaml.safe_load((ws / "status.yaml").read_text())["state"] in ("complete", "interrupted")
         _no_navigator_workers(workdir)
+        assert not list(workdir.glob(".convert-many-*")), "the run's token or stop file was left behind"
         again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
         assert again.returncode == 0, again.stdout + again.stderr
         made = {p.name[: -len(".nav.workspace")]: content(p) for p in workdir.glob("*.nav.workspace")}

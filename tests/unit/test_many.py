@@ -262,3 +262,30 @@ def test_a_long_task_gets_a_progress_line_every_15_s():
         running = {k: (f"model_{k}", "build") for k in ("a", "b") if k in beat._since}
         beat.tick(running)
     assert lines == [("model_a", "build", 15), ("model_a", "build", 30), ("model_b", "build", 15)]
+
+
+def test_the_stop_file_interrupts_the_main_thread_once_and_never_after_disarm(tmp_path):
+    """The Ctrl-C path of convert-many on Ray (node.StopWatch): the stop file raises KeyboardInterrupt
+    in the main thread; a phase that starts after it does not run; a disarmed watch never fires."""
+    import time
+
+    from navigator.many.node import StopWatch, run_phase
+
+    stop = tmp_path / "run.stop"
+    quiet = StopWatch(str(stop))
+    quiet.arm()
+    quiet.disarm()
+    watch = StopWatch(str(stop))
+    watch.arm()
+    stop.write_text("x")
+    with pytest.raises(KeyboardInterrupt):
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+    watch.disarm()
+    assert watch.fired and not quiet.fired
+    time.sleep(2 * StopWatch.POLL_S)        # nothing pending after disarm
+    request = {"name": "m", "phase": "full", "attempt": 1, "workdir": str(tmp_path), "stop": str(stop)}
+    out = run_phase(request)
+    assert (out["status"], out["exit_code"], out["message"]) == ("interrupted", 130, "interrupted before it started")
+    assert not (tmp_path / "m.nav.workspace").exists()
