@@ -17,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = {"cli": ROOT / "docs" / "reference" / "cli.md", "status": ROOT / "docs" / "reference" / "status-yaml.md"}
-SCHEMA = ROOT / "workspace" / "schema" / "status.v4.schema.json"
+SCHEMA = ROOT / "workspace" / "schema" / "status.v5.schema.json"
 WIDTH = "100"   # argparse wraps usage at $COLUMNS: fixed, so the page does not depend on the terminal
 
 

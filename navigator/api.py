@@ -106,8 +106,10 @@ class Result:
         sig = self.status.signature
         names = {"inputs": [fs.io_names.get(n, n) for n in sig.input_names],
                  "outputs": [fs.io_names.get(n, n) for n in sig.output_names]}
-        # the options it was verified with: what is verified is what the caller gets
+        # the options it was verified with, and the runtime options its profile kept (verified too):
+        # what is verified is what the caller gets
         options = runners.verify_options(fs.format, fs.precision, self.status.config.get("device") or rs.device)
+        options |= rs.profile.options or {}
         runner_obj = runners.create(spec, self.workspace / fs.path, **names, **options).activate()
         return _Renamed(runner_obj, fs.io_names) if any(k != v for k, v in fs.io_names.items()) else runner_obj
 

@@ -1,4 +1,4 @@
-"""The JSON Schema of status.yaml v4 (``schema/status.v4.schema.json``) and a validator.
+"""The JSON Schema of status.yaml v5 (``schema/status.v5.schema.json``) and a validator.
 
 The schema is for users' CI jobs and for our tests; loading a status file checks
 the types and values of what it holds against it (``types_only``: ``status.loads``
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from navigator.errors import DependencyMissing, UserInputError
 
-SCHEMA_FILE = "status.v4.schema.json"   # the current version; the v1-v3 schemas stay for their files
+SCHEMA_FILE = "status.v5.schema.json"   # the current version; the v1-v4 schemas stay for their files
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 

@@ -1,7 +1,7 @@
 """status.yaml: the record of a workspace (schema version 4).
 
 A public interface: users' CI jobs and ``navigator gate`` read it. The
-layout is ARCHITECTURE.md's; ``schema/status.v4.schema.json`` states it as a
+layout is ARCHITECTURE.md's; ``schema/status.v5.schema.json`` states it as a
 JSON Schema and tests/unit/workspace/test_status.py keeps a golden file.
 
 Loading ignores unknown keys and upgrades older files through ``MIGRATIONS``,
@@ -24,7 +24,7 @@ from navigator.workspace.atomic import write_text
 from navigator.workspace.serving_status import (  # noqa: F401 (re-exported: the records of status.yaml)
     ServingConfig, ServingEnsemble, ServingPoint, ServingStatus, ServingStep)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # inconclusive (v2): a verification whose check could not have failed on its data (negative controls)
 STEP_STATUSES = ("ok", "failed", "skipped", "inconclusive")
 RUN_STATES = ("running", "complete", "interrupted")
@@ -58,8 +58,15 @@ def _v3_to_v4(data: dict) -> dict:
     return data
 
 
+def _v4_to_v5(data: dict) -> dict:
+    """v5 adds a profile's runtime options and what their tuning measured (optional); a v4 profile
+    was measured at its runtime's defaults, which an absent ``options`` says."""
+    data["schema_version"] = 5
+    return data
+
+
 # from_version -> migration to from_version + 1. Keep them small and ordered.
-MIGRATIONS: dict[int, Callable[[dict], dict]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
 
 
 def now() -> str:
@@ -161,6 +168,12 @@ class ProfileStep(Record):
     # racing (v2, optional): "screening" = short screening windows only (out of the race early);
     # "race" = the peak's figure comes from the interleaved race; None = a full sweep of its own
     phase: str | None = None
+    # (v5, optional) the runtime options the raced figure was measured with, and verified with, when the
+    # tuning kept some (navigator.execution.tuning): what runner(), reproduce.sh and Triton's config use
+    options: dict[str, Any] | None = None
+    # (v5, optional) what the tuning measured: defaults, candidates (options, throughput, spread, out),
+    # rounds, verify, reason, duration_s
+    tuning: dict[str, Any] | None = None
 
     _nested: ClassVar = {"results": (ProfileResult, "list")}
 

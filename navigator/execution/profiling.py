@@ -232,3 +232,22 @@ def sweep(infer, sample: dict, batch_dim: int | None, settings: ProfileSettings)
                 break
         outcome.results.sort(key=lambda r: r["batch_size"])
     return outcome
+
+
+# unmeasured running before each race window: a runner right after another runs slowly at first
+# (benchmarks/results/speed_cpu.md, "Race settings")
+REWARM_S = 0.05
+# a race window, half a full sweep's: rounds pair the contenders moments apart, so drift cancels in
+# their ratio and short windows cost few extra rounds (same section)
+RACE_WINDOW_S = 0.05
+
+
+def race_window(infer, feed: dict, settings) -> list[float]:
+    """One race window's latencies, after :data:`REWARM_S` of unmeasured running (back to speed
+    after the others ran). The calling process measures a peer's windows with it too."""
+    start, n = time.perf_counter(), 0
+    while n < 2 or time.perf_counter() - start < REWARM_S:
+        infer(feed)
+        n += 1
+    lat, _ = window(infer, feed, settings)
+    return lat

@@ -38,17 +38,12 @@ from pathlib import Path
 
 from navigator.execution import racing
 from navigator.execution.jobs import Event, Job, PeerWindow, RacePeer, RunnerTask, Task
-from navigator.execution.profiling import SCREEN, SCREEN_BUDGET_S  # noqa: F401  (the screening settings)
+from navigator.execution.profiling import (  # noqa: F401  (the screening and race-window settings)
+    RACE_WINDOW_S, REWARM_S, SCREEN, SCREEN_BUDGET_S, race_window)
 
 log = logging.getLogger("navigator.worker")
 
 RACE_MAX_ROUNDS = 30
-# unmeasured running before each race window: a runner right after another runs slowly at first
-# (benchmarks/results/speed_cpu.md, "Race settings")
-REWARM_S = 0.05
-# a race window, half a full sweep's: rounds pair the contenders moments apart, so drift cancels in
-# their ratio and short windows cost few extra rounds (same section)
-RACE_WINDOW_S = 0.05
 KEEP_LOADED_BYTES = 1 << 30
 PEER_WAIT_S = 120.0   # the longest a window of the calling process may take to come back
 
@@ -136,19 +131,6 @@ class _Caller:
         if reply.error or not reply.latencies:
             raise RuntimeError(f"the calling process could not measure {peer.name}: {reply.error or 'no latencies'}")
         return reply.latencies
-
-
-def race_window(infer, feed: dict, settings) -> list[float]:
-    """One race window's latencies, after :data:`REWARM_S` of unmeasured running (back to speed
-    after the others ran). The calling process measures a peer's windows with it too."""
-    from navigator.execution.profiling import window
-
-    start, n = time.perf_counter(), 0
-    while n < 2 or time.perf_counter() - start < REWARM_S:
-        infer(feed)
-        n += 1
-    lat, _ = window(infer, feed, settings)
-    return lat
 
 
 def _artifact_bytes(ws, tasks: list[Task]) -> int:
@@ -277,34 +259,66 @@ def run_race(ws, events, job: Job) -> int:
     for entry in entries:
         if entry not in chosen:
             _unload(entry)
-    if len(chosen) < 2:
+    try:
+        if len(chosen) >= 2:
+            leader = _run_race(ws, events, chosen, max(1.0, min(budget, total_budget - (time.perf_counter() - start))),
+                               settings)
+        else:
+            leader = (chosen[0], chosen[0].record) if chosen else None
+        if leader is not None and isinstance(leader[0], _Entry) and keep:
+            _tune_leader(ws, events, *leader, max(1.0, min(budget, total_budget - (time.perf_counter() - start))),
+                         settings)
+    finally:
         for entry in entries:
             _unload(entry)
-        return 0
+    return 0
+
+
+def _run_race(ws, events, chosen: list, budget_s: float, settings: dict):
+    """The race of ``chosen``, its events; returns (the leader, its profile record) or None."""
+    from navigator.errors import error_text
+
     events.emit(Event(task=chosen[0].index, key="race", stage="race", runner=None, event="start"))
     t0 = time.perf_counter()
     try:
-        race_budget = max(1.0, min(budget, total_budget - (time.perf_counter() - start)))
-        result = _race(ws, events, chosen, race_budget, settings)
+        result = _race(ws, events, chosen, budget_s, settings)
     except Exception as e:
         log.exception("the race failed")
         events.emit(Event(task=chosen[0].index, key="race", stage="race", event="end",
                           result={"status": "failed", "reason": error_text(e),
                                   "duration_s": round(time.perf_counter() - t0, 4)}))
-        return 0   # the screening figures stand
-    finally:
-        for entry in entries:
-            _unload(entry)
+        return None   # the screening figures stand
     race_s = time.perf_counter() - t0
     summary = {"status": "ok", "duration_s": round(race_s, 4), "leader": result.leader,
                "settled": result.settled, "rounds": result.rounds, "contenders": [e.name for e in chosen],
                "reason": None if result.settled else result.reason}
     events.emit(Event(task=chosen[0].index, key="race", stage="race", event="end", result=summary))
+    leader = None
     for entry in chosen:
+        record = _race_record(entry, result) | {"status": "ok",
+                                                "duration_s": round(entry.duration_s + race_s / len(chosen), 4)}
         events.emit(Event(task=entry.index, key=entry.key, stage="profile", runner=entry.rkey, event="end",
-                          result=_race_record(entry, result) | {
-                              "status": "ok", "duration_s": round(entry.duration_s + race_s / len(chosen), 4)}))
-    return 0
+                          result=record))
+        if entry.entrant.name == result.leader:
+            entry.duration_s, leader = record["duration_s"], (entry, record)
+    return leader
+
+
+def _tune_leader(ws, events, entry: _Entry, record: dict, budget_s: float, settings: dict) -> None:
+    """The winner's runtime options (:mod:`navigator.execution.tuning`), in its profile record."""
+    from navigator.execution import tuning
+
+    if not tuning.candidates(entry.spec):
+        return
+    t0 = time.perf_counter()
+    if entry.runner is None:
+        _load(ws, entry)
+    out = tuning.tune_profile(ws, entry.task, entry.spec, entry.infer, record, budget_s, settings)
+    if out is None:
+        return
+    out["status"] = "ok"
+    out["duration_s"] = round(entry.duration_s + time.perf_counter() - t0, 4)
+    events.emit(Event(task=entry.index, key=entry.key, stage="profile", runner=entry.rkey, event="end", result=out))
 
 
 def _race(ws, events, chosen: list, budget_s: float, settings: dict) -> racing.RaceResult:

@@ -224,9 +224,11 @@ def batch_aligned(reference: dict, batch_dim: int, full: int) -> set[str]:
             if getattr(arr, "ndim", 0) > batch_dim and arr.shape[batch_dim] == full}
 
 
-def run_verify(ws, task: Task, spec: RunnerTask, io_names: dict, live: Any = None) -> tuple[dict, Any]:
+def run_verify(ws, task: Task, spec: RunnerTask, io_names: dict, live: Any = None, *,
+               store: bool = True) -> tuple[dict, Any]:
     """Run every stored sample (at its own batch size and at ``verify.batch_sizes``), store the
-    outputs and compare them with the reference, each comparison with its negative controls
+    outputs (unless ``store`` is False: runtime options checked for the tuning) and compare them
+    with the reference, each comparison with its negative controls
     (:mod:`navigator.validators.controls`). Default tolerances are resolved against each output's
     scale over every sample. Returns the verify record and the active runner."""
     from navigator import runners
@@ -269,7 +271,8 @@ def run_verify(ws, task: Task, spec: RunnerTask, io_names: dict, live: Any = Non
         sample, reference = samples[stem], references[stem]
         other = _other_sample(stems, i, samples, references)
         outputs = rename(runner.infer(rename(sample, io_names)), inverse)
-        npz.save(ws.output_file(task.key, spec.key, stem), outputs)
+        if store:
+            npz.save(ws.output_file(task.key, spec.key, stem), outputs)
         if batch_dim is None:
             compare(outputs, reference, sample, other, f" (sample {stem})")
             continue
@@ -282,7 +285,8 @@ def run_verify(ws, task: Task, spec: RunnerTask, io_names: dict, live: Any = Non
                 continue
             feeds = batch_of(sample, batch_dim, size)
             outs = rename(runner.infer(rename(feeds, io_names)), inverse)
-            npz.save(ws.output_file(task.key, spec.key, stem, size), outs)
+            if store:
+                npz.save(ws.output_file(task.key, spec.key, stem, size), outs)
             other_cut = (batch_of(other[0], batch_dim, size), batch_of(other[1], batch_dim, size)) if other else None
             compare(outs, batch_of({k: reference[k] for k in aligned}, batch_dim, size), feeds, other_cut,
                     f" (sample {stem}, batch {size})", names=aligned)
@@ -290,9 +294,9 @@ def run_verify(ws, task: Task, spec: RunnerTask, io_names: dict, live: Any = Non
     checks = {name: acc.result().to_dict() for name, acc in accs.items()}
     for name, c in checks.items():
         log.info("%s: %s", name, c)
-    stored = sorted(ws.outputs_dir(task.key, spec.key).glob("*.npz"))
+    stored = sorted(ws.outputs_dir(task.key, spec.key).glob("*.npz")) if store else []
     result = verdict(checks) | {"batch_sizes": sorted(sizes_used), "outputs": checks, "load_s": round(load_s, 4),
-                                "outputs_sha256": npz.files_sha256(stored)}
+                                **({"outputs_sha256": npz.files_sha256(stored)} if store else {})}
     try:
         result["settings"] = runner.settings() or None
     except Exception as e:   # noqa: BLE001 - the record of settings never fails a verdict

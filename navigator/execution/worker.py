@@ -20,7 +20,7 @@ import traceback
 from pathlib import Path
 
 from navigator.errors import error_text
-from navigator.execution import stages
+from navigator.execution import stages, tuning
 from navigator.execution.logs import StageLog
 from navigator.execution.jobs import Event, Job, Task
 
@@ -96,7 +96,8 @@ def _run_format(ws, events: Events, i: int, task: Task, live, measure_later: lis
                 measure_later.append((i, task, spec, runner, io_names))
                 continue
             _run_stage(events, i, task.key, "profile", spec.key,
-                       lambda: stages.run_profile(ws, task, runner, io_names), ws.stage_log(task.key, "profile"))
+                       lambda: tuning.screen_and_tune(ws, task, spec, runner, io_names),
+                       ws.stage_log(task.key, "profile"))
         if runner is not None:
             runner.deactivate()
 

@@ -193,7 +193,7 @@ def race_tasks(ctx: RunContext) -> list[Task]:
         if fs.convert.status != "ok" or not ok:
             continue
         task = converted_task(ctx, item, format_task(ctx, item, fs))
-        task.verify, task.convert = None, None
+        task.convert = None   # its verify spec stays: runtime options the tuning keeps are verified with it
         task.runners = [r for r in task.runners if r.key in ok]
         tasks.append(task)
     return tasks
@@ -234,6 +234,7 @@ def _run_race(ctx: RunContext, isolation) -> None:
                                        wake_fd=ask)
     ctx.book.timings.setdefault("workers", []).append(("race", time.perf_counter() - start, {}))
     log.info("race worker: %.2f s, peak RSS %s MiB", time.perf_counter() - start, outcome.peak_rss_mb)
+    _rewrite_tuned(ctx, tasks)
     if not outcome.reason:
         return
     log.warning("race worker: %s", outcome.reason)
@@ -252,6 +253,16 @@ def _run_race(ctx: RunContext, isolation) -> None:
             rs.profile.log = ctx.ws.inner(ctx.ws.race_log)
             ctx.reporter.step_end(task.key, "profile", spec.key, {"status": "failed", "reason": rs.profile.reason})
     ctx.save()
+
+
+def _rewrite_tuned(ctx: RunContext, tasks: list[Task]) -> None:
+    """reproduce.sh of each format whose runner the tuning gave runtime options: it names them."""
+    from navigator.pipeline.reproduce import retune
+
+    for task in tasks:
+        fs = ctx.status.formats[task.key]
+        if any(fs.runners[s.key].profile.options for s in task.runners):
+            retune(ctx, task.key, fs, task.runners)
 
 
 def _apply(ctx: RunContext, event) -> None:

@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from navigator.execution.jobs import Task
+from navigator.execution.jobs import RunnerTask, Task
 from navigator.pipeline.context import RunContext
 from navigator.workspace.atomic import write_text
 from navigator.workspace.status import FormatStatus
@@ -51,9 +51,36 @@ def write_reproduce(ctx: RunContext, item: Any, fs: FormatStatus, task: Task) ->
     else:
         lines.extend(_source_lines(ctx, item.key, fs))
     # what the verdict depended on goes with the artifact: run it as it was verified
-    for spec in task.runners:
-        lines.append(f"# run as {spec.key} verified it: navigator.load('.').runner({item.key!r}, {spec.key!r}) "
-                     f"(options {json.dumps(spec.options, sort_keys=True)}; the runtime's own report in status.yaml, "
-                     f"formats.{item.key}.runners.{spec.key}.verify.settings)")
+    lines.extend(runner_line(item.key, spec, fs) for spec in task.runners)
     write_text(ws.reproduce_sh(item.key), "\n".join(lines) + "\n")
     os.chmod(ws.reproduce_sh(item.key), 0o755)
+
+
+def runner_line(key: str, spec: RunnerTask, fs: FormatStatus) -> str:
+    """The line of reproduce.sh that says how ``spec`` ran the artifact: its options and the runtime
+    options its profile's tuning kept (verified too)."""
+    rs = fs.runners.get(spec.key)
+    tuned = rs.profile.options if rs is not None else None
+    options = spec.options | (tuned or {})
+    return (f"{RUN_AS.format(runner=spec.key)} navigator.load('.').runner({key!r}, {spec.key!r}) "
+            f"(options {json.dumps(options, sort_keys=True)}; the runtime's own report in status.yaml, "
+            f"formats.{key}.runners.{spec.key}.verify.settings"
+            + (f"; runtime options {json.dumps(tuned, sort_keys=True)} from its profile's tuning, "
+               f"formats.{key}.runners.{spec.key}.profile.tuning" if tuned else "") + ")")
+
+
+RUN_AS = "# run as {runner} verified it:"
+
+
+def retune(ctx: RunContext, key: str, fs: FormatStatus, specs: list[RunnerTask]) -> None:
+    """reproduce.sh of ``key`` once the race's tuning gave a runner runtime options: its runner lines
+    say them (the rest of the script stays as written)."""
+    path = ctx.ws.reproduce_sh(key)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return
+    by_start = {RUN_AS.format(runner=spec.key): runner_line(key, spec, fs) for spec in specs}
+    lines = [next((new for start, new in by_start.items() if line.startswith(start)), line) for line in lines]
+    write_text(path, "\n".join(lines) + "\n")
+    os.chmod(path, 0o755)

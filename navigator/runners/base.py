@@ -87,6 +87,14 @@ class Runner:
         active (recorded with each verdict: what is verified is what must be served)."""
         return {}
 
+    @classmethod
+    def tuning_candidates(cls, device: str, provider: str | None, cpus: int) -> list[dict]:
+        """Runtime options worth measuring against this runner's defaults on ``cpus`` cores (thread
+        counts, execution modes, performance hints): each a dict of options this class accepts. Only
+        options that leave the arithmetic alone; the race still verifies the one it keeps
+        (:mod:`navigator.execution.tuning`)."""
+        return []
+
     def profiling_infer(self):
         """``(infer, io)``: what the profiler times. ``io`` is ``"host"`` when each call
         takes host arrays and returns host arrays (the default), ``"device"`` when the

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from navigator.runners.base import Runner, RunnerUnavailable
+from navigator.runners.base import Runner, RunnerError, RunnerUnavailable
 
 _PROVIDERS = {
     ("cpu", None): ["CPUExecutionProvider"],
@@ -15,6 +15,7 @@ _PROVIDERS = {
 
 _LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
            "all": "ORT_ENABLE_ALL"}
+_MODES = {"sequential": "ORT_SEQUENTIAL", "parallel": "ORT_PARALLEL"}
 
 
 def cuda_provider_options(provider: str | None, device_id: int = 0) -> dict:
@@ -54,7 +55,8 @@ def load_cuda_libraries() -> None:
 
 class OnnxruntimeRunner(Runner):
     """Options: ``graph_optimization_level`` (disabled | basic | extended | all,
-    default all), ``intra_op_num_threads``, ``trt_fp16`` (TensorRT EP), ``device_id`` (CUDA).
+    default all), ``intra_op_num_threads`` / ``inter_op_num_threads`` (0: onnxruntime's default),
+    ``execution_mode`` (sequential | parallel), ``trt_fp16`` (TensorRT EP), ``device_id`` (CUDA).
     Providers: ``cpu``; ``cuda``; ``cuda_nhwc`` (the CUDA provider with ``prefer_nhwc``);
     ``tensorrt``.
 
@@ -83,6 +85,12 @@ class OnnxruntimeRunner(Runner):
         options.log_severity_level = 3
         if self.options.get("intra_op_num_threads"):
             options.intra_op_num_threads = int(self.options["intra_op_num_threads"])
+        if self.options.get("inter_op_num_threads"):
+            options.inter_op_num_threads = int(self.options["inter_op_num_threads"])
+        mode = self.options.get("execution_mode", "sequential")
+        if mode not in _MODES:
+            raise RunnerError(f"onnxruntime execution_mode {mode!r}: use {' or '.join(_MODES)}")
+        options.execution_mode = getattr(ort.ExecutionMode, _MODES[mode])
         provider_options = []
         for p in providers:
             if p == "TensorrtExecutionProvider":
@@ -101,9 +109,19 @@ class OnnxruntimeRunner(Runner):
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
 
+    @classmethod
+    def tuning_candidates(cls, device: str, provider: str | None, cpus: int) -> list[dict]:
+        if device != "cpu":
+            return []
+        threads = sorted({1, cpus // 2} - {0, cpus}) if cpus > 1 else []
+        return [{"intra_op_num_threads": n} for n in threads] + [{"execution_mode": "parallel"}]
+
     def settings(self) -> dict:
         out = {"graph_optimization_level": self.options.get("graph_optimization_level", "all"),
                "providers": self.session.get_providers()}
+        for key in ("intra_op_num_threads", "inter_op_num_threads", "execution_mode"):
+            if self.options.get(key):
+                out[key] = self.options[key]
         cuda = self.session.get_provider_options().get("CUDAExecutionProvider")
         if cuda:
             out["cuda"] = {k: cuda[k] for k in ("use_tf32", "prefer_nhwc") if k in cuda}

@@ -17,6 +17,7 @@ keeps the inputs on the GPU and leaves the outputs there (``io: device``, as
 from __future__ import annotations
 
 import json
+import contextlib
 import time
 from pathlib import Path
 
@@ -24,7 +25,30 @@ from navigator.runners.base import Runner, RunnerUnavailable
 
 
 class _TorchRunner(Runner):
+    """Option ``num_threads`` (CPU): torch's intra-op threads while this runner infers; the
+    process's own count is restored after each call (other runners share the process)."""
+
     requires = ("torch",)
+
+    @classmethod
+    def tuning_candidates(cls, device: str, provider: str | None, cpus: int) -> list[dict]:
+        if device != "cpu":
+            return []
+        return [{"num_threads": n} for n in sorted({1, cpus // 2} - {0, cpus})] if cpus > 1 else []
+
+    @contextlib.contextmanager
+    def _threads(self):
+        n = int(self.options.get("num_threads") or 0)
+        torch = self._torch
+        before = torch.get_num_threads()
+        if not n or self.device != "cpu" or n == before:
+            yield
+            return
+        torch.set_num_threads(n)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
 
     def activate_impl(self) -> None:
         import torch
@@ -87,7 +111,7 @@ class _TorchRunner(Runner):
     def infer_impl(self, feeds: dict) -> dict:
         torch = self._torch
         args = tuple(self._tensor(feeds[n]) for n in self.input_names)
-        with torch.inference_mode():
+        with torch.inference_mode(), self._threads():
             if self._step_begin:
                 self._step_begin()
             out = self.fn(*args)
@@ -142,6 +166,10 @@ class TorchCompileRunner(TorchEagerRunner):
 
     name = "torch_compile"
     MODES = {None: None, "cpu": None, "cuda": None, "cudagraphs": "reduce-overhead", "max_autotune": "max-autotune"}
+
+    @classmethod
+    def tuning_candidates(cls, device: str, provider: str | None, cpus: int) -> list[dict]:
+        return []   # each candidate would compile the module again (and once more to verify it)
 
     def compile_options(self) -> dict | None:
         """Inductor's options for this variant (torch.compile takes a mode or options, not both)."""

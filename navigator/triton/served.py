@@ -118,6 +118,40 @@ def _served_openvino_precision(fs, key: str, notes: list[str]) -> None:
                  f"openvino-default ({default.verify.status})")
 
 
+# our runners' runtime options -> the Triton backend's config parameters of the same meaning (the
+# onnxruntime, openvino and pytorch backends' documented ``parameters`` keys), and value spellings
+_BACKEND_PARAMETERS = {
+    "onnxruntime": {"intra_op_num_threads": "intra_op_thread_count", "inter_op_num_threads": "inter_op_thread_count",
+                    "execution_mode": "execution_mode"},
+    "openvino": {"performance_hint": "PERFORMANCE_HINT", "num_streams": "NUM_STREAMS",
+                 "inference_num_threads": "INFERENCE_NUM_THREADS"},
+    "pytorch": {"num_threads": "INTRA_OP_THREAD_COUNT"},
+}
+_PARAMETER_VALUES = {("onnxruntime", "execution_mode"): {"sequential": "0", "parallel": "1"}}
+
+
+def _served_runtime_options(plan: ModelPlan, fs, serving: backends.Serving, key: str, notes: list[str]) -> None:
+    """The runtime options the profile's tuning kept (and verified) for a runner on the instances'
+    device, as the backend's parameters; a backend that cannot be told them is named in a note."""
+    device = "cuda" if plan.instance_kind == "KIND_GPU" else "cpu"
+    tuned = [(k, rs) for k, rs in fs.runners.items()
+             if rs.profile.options and rs.verify.status == "ok" and rs.device == device]
+    table = _BACKEND_PARAMETERS.get(serving.backend, {})
+    for rkey, rs in tuned:
+        options = rs.profile.options
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(options.items()))
+        if plan.python or not set(options) <= set(table):
+            notes.append(f"{key}: {rkey} was fastest with {shown} (its profile's tuning); the {serving.backend} "
+                         "backend is not told them and runs its defaults")
+            continue
+        params = {table[k]: _PARAMETER_VALUES.get((serving.backend, k), {}).get(str(v), str(v))
+                  for k, v in options.items()}
+        plan.parameters.update(params)
+        notes.append(f"{key}: {serving.backend} parameters {', '.join(f'{k}={v}' for k, v in sorted(params.items()))}: "
+                     f"{rkey} was measured and verified with {shown} (its profile's tuning)")
+        return
+
+
 def options_for_format(plan: ModelPlan, fs, serving: backends.Serving, opts: TritonOptions, key: str,
                         notes: list[str], *, top: bool) -> None:
     gpu = plan.instance_kind == "KIND_GPU"
@@ -158,6 +192,7 @@ def options_for_format(plan: ModelPlan, fs, serving: backends.Serving, opts: Tri
         _served_graph_level(plan, fs, key, notes)
     if serving.backend == "openvino":
         _served_openvino_precision(fs, key, notes)
+    _served_runtime_options(plan, fs, serving, key, notes)
     if opts.cuda_graphs:
         if not gpu:
             raise UserInputError(f"--cuda-graphs needs GPU instances: add --kind gpu ({key} would get "

@@ -27,7 +27,7 @@ def test_example_model_end_to_end(cli, tmp_path):
     assert r.returncode == 0, r.stderr + r.stdout
     ws = _ws(tmp_path, "tiny_classifier")
     st = yaml.safe_load((ws / "status.yaml").read_text())
-    assert st["schema_version"] == 4 and st["state"] == "complete"
+    assert st["schema_version"] == 5 and st["state"] == "complete"
     from navigator.workspace import schema
 
     schema.validate(st)

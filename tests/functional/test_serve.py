@@ -273,6 +273,43 @@ def test_the_server_runs_with_what_the_configs_ask_for(server_env, ws, tmp_path)
     assert re.search(r"\|\s*rate_limit\s*\|\s*EXEC_COUNT", log) and re.search(r"\|\s*cache_enabled\s*\|\s*1", log)
 
 
+def test_runtime_options_a_profile_kept_are_what_the_backends_run(server_env, ws, tmp_path):
+    """A workspace whose runners' profiles kept runtime options (status.yaml edited: the tuning's
+    outcome depends on the machine): the configs carry them as the backends' own parameters, the
+    CPU stand-ins apply them (their load line says so) and the answers stay the reference's."""
+    import tritonclient.http as http
+
+    from navigator.triton.server import TritonServer
+
+    copy = tmp_path / "ws"
+    shutil.copytree(ws, copy)
+    st = status_mod.load(copy / "status.yaml")
+    kept = {"onnx": ("onnxruntime-cpu", {"intra_op_num_threads": 1, "execution_mode": "parallel"}),
+            "openvino": ("openvino-cpu", {"inference_num_threads": 1, "performance_hint": "THROUGHPUT"})}
+    kept = {k: v for k, v in kept.items() if k in st.formats}
+    for key, (rkey, options) in kept.items():
+        st.formats[key].runners[rkey].profile.options = options
+    status_mod.save(st, copy / "status.yaml")
+    repo = tmp_path / "repo"
+    emit(copy, {"repo": repo, "formats": list(kept)})
+    with TritonServer(repo, cpu_backends=True) as server:
+        for key in kept:
+            name = f"foldable_mlp_{key}" if len(kept) > 1 else "foldable_mlp"
+            params = {k: v.string_value for k, v in _config(repo, name).parameters.items()}
+            assert params.items() >= {"onnx": {"intra_op_thread_count": "1", "execution_mode": "1"},
+                                      "openvino": {"INFERENCE_NUM_THREADS": "1",
+                                                   "PERFORMANCE_HINT": "THROUGHPUT"}}[key].items()
+            served_as = "openvino-default" if key == "openvino" and deps.cpu_bf16() else None   # as above
+            feeds, expected = next(_samples(copy, key, served_as))
+            got = _infer(http, server.http_url, name, feeds, list(expected))
+            for out, value in expected.items():
+                np.testing.assert_allclose(got[out], value, atol=ATOL[key], rtol=1e-3 if served_as else 1e-5)
+        log = server.log_tail(2000)
+    assert "onnxruntime backend" in log and "1 intra-op thread(s), parallel execution" in log
+    if "openvino" in kept:
+        assert "PERFORMANCE_HINT THROUGHPUT, INFERENCE_NUM_THREADS 1" in log
+
+
 def test_the_deploy_kit_client_gets_the_reference_outputs_in_every_mode(server_env, ws, tmp_path, cli):
     """navigator triton writes deploy/ beside the repository: run.sh (the docker run line, with the
     flags the configs need) and client.py, which gets the reference outputs from the real server

@@ -294,7 +294,14 @@ class OnnxruntimeStandin(StandinModel):
         import onnxruntime as ort
 
         options = ort.SessionOptions()
-        options.intra_op_num_threads = int(os.environ.get("NAVIGATOR_STANDIN_THREADS", "1"))
+        params = _parameters(self)
+        # the backend's thread and execution-mode parameters where the config sets them
+        options.intra_op_num_threads = int(params.get("intra_op_thread_count")
+                                           or os.environ.get("NAVIGATOR_STANDIN_THREADS", "1"))
+        if params.get("inter_op_thread_count"):
+            options.inter_op_num_threads = int(params["inter_op_thread_count"])
+        if params.get("execution_mode") == "1":
+            options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
         level = int(((getattr(self, "config", None) or {}).get("optimization") or {}).get("graph", {}).get("level", 0))
         options.graph_optimization_level = {-1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
                                             1: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
@@ -308,7 +315,15 @@ class OnnxruntimeStandin(StandinModel):
         def run(feeds):
             return dict(zip(names, session.run(names, feeds)))
 
-        return inputs, outputs, run, "onnxruntime %s" % ort.__version__
+        mode = "parallel" if params.get("execution_mode") == "1" else "sequential"
+        return inputs, outputs, run, "onnxruntime %s, %d intra-op thread(s), %s execution" % (
+            ort.__version__, options.intra_op_num_threads, mode)
+
+
+def _parameters(model) -> dict:
+    """The config's ``parameters`` as {key: string value}."""
+    found = ((getattr(model, "config", None) or {}).get("parameters") or {}).items()
+    return {k: str((v or {}).get("string_value", "")).strip() for k, v in found}
 
 
 _OV_TYPES = {
@@ -348,10 +363,12 @@ class OpenVINOStandin(StandinModel):
         outputs = {n: (_OV_TYPES.get(p.get_element_type().get_type_name(), str(p.get_element_type())),
                        _ov_dims(p.get_partial_shape())) for n, (_, p) in out_ports.items()}
         properties = {"INFERENCE_NUM_THREADS": os.environ.get("NAVIGATOR_STANDIN_THREADS", "1")}
-        params = {k: str((v or {}).get("string_value", "")).strip().lower()
-                  for k, v in ((getattr(self, "config", None) or {}).get("parameters") or {}).items()}
-        if params.get("HINT_BF16") == "yes":   # the backend's one precision key; no key pins f32
+        params = _parameters(self)
+        if params.get("HINT_BF16", "").lower() == "yes":   # the backend's one precision key; no key pins f32
             properties["INFERENCE_PRECISION_HINT"] = "bf16"
+        for name in ("PERFORMANCE_HINT", "NUM_STREAMS", "INFERENCE_NUM_THREADS"):   # the backend's own keys
+            if params.get(name):
+                properties[name] = params[name]
         compiled = core.compile_model(model, "CPU", properties)
         precision = compiled.get_property("INFERENCE_PRECISION_HINT")
         self.precision = getattr(precision, "get_type_name", lambda: str(precision))()
@@ -364,7 +381,8 @@ class OpenVINOStandin(StandinModel):
             return {n: np.array(result[compiled.outputs[i]]) for n, i in out_index.items()}
 
         self.input_count = len(model.inputs)
-        return inputs, outputs, run, "openvino %s, inference precision %s" % (ov.__version__, self.precision)
+        applied = ", ".join("%s %s" % (k, compiled.get_property(k)) for k in ("PERFORMANCE_HINT", "INFERENCE_NUM_THREADS"))
+        return inputs, outputs, run, "openvino %s, inference precision %s, %s" % (ov.__version__, self.precision, applied)
 
 
 class _NotInstalled(StandinModel):

@@ -1,4 +1,4 @@
-"""status.yaml v4: golden file, JSON Schema, lenient loading, migrations (real v1, v2 and v3 files), atomic save."""
+"""status.yaml v5: golden file, JSON Schema, lenient loading, migrations (real v1-v4 files), atomic save."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ from navigator.workspace.status import (
     VerifyStep,
 )
 
-GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "status_v4.yaml"
+GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "status_v5.yaml"
+GOLDEN_V4 = Path(__file__).resolve().parents[2] / "golden" / "status_v4.yaml"
 GOLDEN_V3 = Path(__file__).resolve().parents[2] / "golden" / "status_v3.yaml"
 GOLDEN_V2 = Path(__file__).resolve().parents[2] / "golden" / "status_v2.yaml"
 GOLDEN_V1 = Path(__file__).resolve().parents[2] / "golden" / "status_v1.yaml"
@@ -41,7 +42,7 @@ SHA_SAMPLES = "0123456789abcdef" * 4
 def full_status() -> Status:
     """Every field set, two formats, fixed timestamps: the golden file's content."""
     return Status(
-        schema_version=4,
+        schema_version=5,
         navigator_version="0.1.0",
         created="2025-01-02T03:04:05+00:00",
         updated="2025-01-02T03:09:10+00:00",
@@ -98,6 +99,14 @@ def full_status() -> Status:
                                 ProfileResult(8, 5400.25, {"p50": 1.4, "p90": 1.5, "p95": 1.6, "p99": 2.0},
                                               raced=True),
                             ],
+                            options={"intra_op_num_threads": 1},
+                            tuning={"defaults": {"throughput": 4900.5, "spread": 0.03},
+                                    "candidates": [{"options": {"intra_op_num_threads": 1}, "throughput": 5400.25,
+                                                    "spread": 0.02},
+                                                   {"options": {"execution_mode": "parallel"}, "throughput": 4100.0,
+                                                    "spread": 0.04, "out": "separated from defaults"}],
+                                    "rounds": 6, "verify": "ok", "duration_s": 1.2,
+                                    "reason": "intra_op_num_threads=1 separated from the defaults after 6 rounds"},
                         ),
                     ),
                 },
@@ -192,7 +201,7 @@ def test_dumps_matches_golden_file():
 def test_golden_file_has_the_documented_layout():
     text = GOLDEN.read_text(encoding="utf-8")
     lines = text.splitlines()
-    assert lines[0] == "schema_version: 4"
+    assert lines[0] == "schema_version: 5"
     top_keys = [line.split(":")[0] for line in lines if line and not line.startswith((" ", "-"))]
     assert top_keys == ["schema_version", "navigator_version", "created", "updated", "state", "environment",
                         "model", "signature", "batch_dim", "shape_profiles", "samples", "config", "formats",
@@ -272,7 +281,7 @@ def test_huggingface_record_is_optional_and_round_trips():
 
 @pytest.mark.parametrize("mutate, path, words", [
     (lambda d: d.update(state="done"), "$.state", "'done' is not one of"),
-    (lambda d: d.update(schema_version=1), "$.schema_version", "4 was expected"),
+    (lambda d: d.update(schema_version=1), "$.schema_version", "5 was expected"),
     (lambda d: d["formats"]["onnx"]["convert"].update(status="passed"), "$.formats.onnx.convert.status",
      "'passed' is not one of"),
     (lambda d: d["formats"]["onnx-fp16"]["runners"]["onnxruntime-cpu"]["verify"].update(status="error"),
@@ -341,11 +350,11 @@ def test_unknown_keys_at_every_level_are_ignored():
 
 def test_newer_schema_version_is_refused():
     data = full_status().to_dict()
-    data["schema_version"] = 5
+    data["schema_version"] = 6
     with pytest.raises(UserInputError) as info:
         status.loads(yaml.safe_dump(data), source="ws/status.yaml")
     assert "newer" in str(info.value)
-    assert "schema_version 5" in str(info.value)
+    assert "schema_version 6" in str(info.value)
     assert info.value.hint == "upgrade navigator"
 
 
@@ -397,28 +406,33 @@ def test_migrations_run_in_order(monkeypatch):
         data["schema_version"] = 4
         return data
 
+    def v4_to_v5(data):
+        calls.append(("v4->v5", data["schema_version"]))
+        data["schema_version"] = 5
+        return data
+
     # registered out of order on purpose: the version decides the order
-    monkeypatch.setattr(status, "MIGRATIONS", {1: v1_to_v2, 3: v3_to_v4, 2: v2_to_v3, 0: v0_to_v1})
+    monkeypatch.setattr(status, "MIGRATIONS", {1: v1_to_v2, 4: v4_to_v5, 3: v3_to_v4, 2: v2_to_v3, 0: v0_to_v1})
     original = {"schema_version": 0, "model_name": "old", "state": "finished"}
     snapshot = copy.deepcopy(original)
     migrated = status.migrate(original)
-    assert calls == [("v0->v1", 0), ("v1->v2", 1), ("v2->v3", 2), ("v3->v4", 3)]
-    assert migrated == {"schema_version": 4, "model": {"name": "old", "source_format": "onnx"},
+    assert calls == [("v0->v1", 0), ("v1->v2", 1), ("v2->v3", 2), ("v3->v4", 3), ("v4->v5", 4)]
+    assert migrated == {"schema_version": 5, "model": {"name": "old", "source_format": "onnx"},
                         "state": "complete"}
     assert original == snapshot  # the caller's mapping is not changed
 
     st = status.loads("schema_version: 0\nmodel_name: old\nstate: finished\n")
     assert st.model == ModelInfo(name="old", source_format="onnx")
     assert st.state == "complete"
-    assert st.schema_version == 4
+    assert st.schema_version == 5
 
 
 def test_current_version_runs_no_migration(monkeypatch):
     def boom(data):
         raise AssertionError("must not run")
 
-    monkeypatch.setattr(status, "MIGRATIONS", {0: boom, 1: boom, 2: boom, 3: boom})
-    assert status.migrate({"schema_version": 4, "x": 1}) == {"schema_version": 4, "x": 1}
+    monkeypatch.setattr(status, "MIGRATIONS", {0: boom, 1: boom, 2: boom, 3: boom, 4: boom})
+    assert status.migrate({"schema_version": 5, "x": 1}) == {"schema_version": 5, "x": 1}
 
 
 def test_migration_that_does_not_raise_the_version_is_an_error(monkeypatch):
@@ -449,7 +463,7 @@ def test_save_is_atomic(tmp_path, monkeypatch):
 
     def fail_replace(src, dst):
         assert Path(src).exists() and Path(src).parent == tmp_path  # the new text was fully written first
-        assert Path(src).read_text(encoding="utf-8").startswith("schema_version: 4\n")
+        assert Path(src).read_text(encoding="utf-8").startswith("schema_version: 5\n")
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", fail_replace)
@@ -461,11 +475,23 @@ def test_save_is_atomic(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["status.yaml"]
 
 
-def test_a_v3_file_migrates_and_validates_as_v4():
-    """The v3 golden file loads through the v3 -> v4 migration and validates against the v4 schema;
+def test_a_v4_file_migrates_and_validates_as_v5():
+    """The v4 golden file (profiles at the runtimes' defaults) loads through the v4 -> v5 migration,
+    validates against the v5 schema once re-dumped and keeps its content: no options, no tuning."""
+    old = yaml.safe_load(GOLDEN_V4.read_text(encoding="utf-8"))
+    assert old["schema_version"] == 4
+    loaded = status.loads(GOLDEN_V4.read_text(encoding="utf-8"))
+    assert loaded.schema_version == 5
+    profile = loaded.formats["onnx"].runners["onnxruntime-cpu"].profile
+    assert profile.results[1].raced and profile.options is None and profile.tuning is None
+    schema.validate(loaded.to_dict())
+
+
+def test_a_v3_file_migrates_and_validates_as_v5():
+    """The v3 golden file loads through the v3 -> v4 -> v5 migrations and validates against the v5 schema;
     a v3 serving record (navigator's own server, closed loop) says so once migrated."""
     loaded = status.loads(GOLDEN_V3.read_text(encoding="utf-8"))
-    assert loaded.schema_version == 4
+    assert loaded.schema_version == 5
     schema.validate(loaded.to_dict())
     v3 = yaml.safe_load(GOLDEN_V3.read_text(encoding="utf-8"))
     v3["serving"] = {"status": "ok", "date": "2025-01-02T03:10:00+00:00", "machine": {}, "model": "tiny",
@@ -480,25 +506,25 @@ def test_a_v3_file_migrates_and_validates_as_v4():
     schema.validate(migrated.to_dict())
 
 
-def test_a_v2_file_migrates_and_validates_as_v4():
+def test_a_v2_file_migrates_and_validates_as_v5():
     """The v2 golden file (before output kinds, floors and runner settings) loads through the
-    v2 -> v3 -> v4 migrations, validates against the v4 schema once re-dumped, and keeps its content."""
+    v2 -> … -> v5 migrations, validates against the v5 schema once re-dumped, and keeps its content."""
     old = yaml.safe_load(GOLDEN_V2.read_text(encoding="utf-8"))
     assert old["schema_version"] == 2
     loaded = status.loads(GOLDEN_V2.read_text(encoding="utf-8"))
-    assert loaded.schema_version == 4
+    assert loaded.schema_version == 5
     logits = loaded.formats["onnx"].runners["onnxruntime-cpu"].verify.outputs["logits"]
     assert logits.max_abs == 2.1e-07 and logits.kind is None and logits.floor is None
     schema.validate(loaded.to_dict())
 
 
-def test_a_v1_file_migrates_and_validates_as_v4():
+def test_a_v1_file_migrates_and_validates_as_v5():
     """The v1 golden file (written by Navigator 0.1 before the inconclusive status) loads through
-    the v1 -> … -> v4 migrations, validates against the v4 schema once re-dumped, and keeps its content."""
+    the v1 -> … -> v5 migrations, validates against the v5 schema once re-dumped, and keeps its content."""
     old = yaml.safe_load(GOLDEN_V1.read_text(encoding="utf-8"))
     assert old["schema_version"] == 1
     loaded = status.loads(GOLDEN_V1.read_text(encoding="utf-8"))
-    assert loaded.schema_version == 4
+    assert loaded.schema_version == 5
     assert loaded.formats["onnx"].runners["onnxruntime-cpu"].verify.outputs["logits"].max_abs == 2.1e-07
     assert loaded.formats["onnx"].runners["onnxruntime-cpu"].verify.outputs["logits"].conclusive is None
     schema.validate(loaded.to_dict())

@@ -1,0 +1,186 @@
+"""Runtime options as profile candidates: once the race has a winner, its runner is measured
+with each of its runner class's tuning candidates (:meth:`navigator.runners.base.Runner.tuning_candidates`:
+thread counts, execution modes, performance hints), interleaved with the defaults at the winner's
+batch size (:func:`navigator.execution.racing.race`).
+
+A candidate replaces the defaults only when the race separates it from them (a tie keeps the
+defaults: no change without evidence), and only once the options pass verification on the run's
+samples at the format's rules (:func:`navigator.execution.stages.run_verify`, outputs not stored):
+a thread count can change the order of a reduction. The winner's profile then says which options
+it was measured with (``profile.options``) and what the tuning measured (``profile.tuning``); the
+Triton config, ``reproduce.sh`` and ``runner()`` read them from there."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from navigator.execution import racing
+from navigator.execution.jobs import RunnerTask
+
+log = logging.getLogger("navigator.worker")
+
+DEFAULTS = "defaults"
+TUNE_MAX_ROUNDS = 20
+
+
+def cpus() -> int:
+    """The cores this process may run on (its affinity), as a thread count means them."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def candidates(spec: RunnerTask) -> list[dict]:
+    """The runner's tuning candidates, less any that would change an option the run set itself."""
+    from navigator import runners
+
+    own = {k for k, v in spec.options.items() if v is not None}
+    found = runners.runner_class(spec.runner).tuning_candidates(spec.device, spec.provider, cpus())
+    return [c for c in found if not set(c) & own]
+
+
+def label(options: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(options.items())) or DEFAULTS
+
+
+def tune(ws, task, spec: RunnerTask, infer, feed: dict, batch_size: int, figure: tuple[float, float | None],
+         budget_s: float, window, load, io_names: dict | None = None) -> dict | None:
+    """Race the runner's candidates against its defaults (``infer``, already loaded and warm) on
+    ``feed`` at ``batch_size``: ``window(infer, feed)`` measures one window's latencies, ``load(spec)``
+    returns ``(runner, infer)`` for a candidate's options. Returns the tuning record, or None when
+    the runner has no candidates."""
+    from navigator.execution.stages import run_verify
+
+    options = candidates(spec)
+    if not options:
+        return None
+    start = time.perf_counter()
+    loaded: dict[str, tuple] = {}
+    entrants = [racing.Entrant(name=DEFAULTS, batch_size=batch_size, screen_throughput=figure[0],
+                               screen_spread=figure[1])]
+    record: dict = {"candidates": [], "rounds": 0}
+    try:
+        for cand in options:
+            name = label(cand)
+            try:
+                runner, cand_infer = load(RunnerTask(runner=spec.runner, device=spec.device, provider=spec.provider,
+                                                     options=spec.options | cand, rules=spec.rules))
+                for _ in range(2):
+                    cand_infer(feed)
+            except Exception as e:   # noqa: BLE001 - a candidate the runtime refuses is out, not a failure
+                log.warning("tuning %s: %s cannot run: %s", spec.key, name, e)
+                record["candidates"].append({"options": cand, "out": f"cannot run: {' '.join(str(e).split())[:200]}"})
+                continue
+            loaded[name] = (cand, runner, cand_infer)
+            entrants.append(racing.Entrant(name=name, batch_size=batch_size, screen_throughput=0.0,
+                                           screen_spread=None))
+        infers = {DEFAULTS: infer} | {n: v[2] for n, v in loaded.items()}
+
+        def measure(ent: racing.Entrant) -> racing.Window:
+            return racing.Window(batch_size=batch_size, latencies=window(infers[ent.name], feed))
+
+        result = racing.race(entrants, measure, budget_s, max_rounds=TUNE_MAX_ROUNDS)
+    finally:
+        for _, runner, _ in loaded.values():
+            runner.deactivate()
+    record["rounds"] = result.rounds
+    for ent in entrants:
+        thr, spread = ent.figure()
+        row = {"throughput": round(thr, 3), "spread": round(spread, 4) if spread is not None else None,
+               **({"out": ent.out} if ent.out else {})}
+        if ent.name == DEFAULTS:
+            record["defaults"] = row
+        else:
+            record["candidates"].append({"options": loaded[ent.name][0], **row})
+    winner = result.leader if result.settled else None
+    if winner in (None, DEFAULTS):
+        record["reason"] = (f"the defaults {'won' if winner else 'were not beaten'}: "
+                            f"{result.reason or 'separated from every candidate'}")
+        record["duration_s"] = round(time.perf_counter() - start, 4)
+        return record
+    cand = loaded[winner][0]
+    tuned = RunnerTask(runner=spec.runner, device=spec.device, provider=spec.provider,
+                       options=spec.options | cand, rules=spec.rules)
+    verdict, runner = run_verify(ws, task, tuned, task.io_names if io_names is None else io_names, store=False)
+    runner.deactivate()
+    record["verify"] = verdict.get("status")
+    if verdict.get("status") != "ok":
+        record["reason"] = (f"{winner} was faster but did not pass verification ({verdict.get('status')}: "
+                            f"{verdict.get('reason')}); the defaults stay")
+    else:
+        record["options"] = cand
+        record["reason"] = f"{winner} separated from the defaults after {result.rounds} interleaved rounds"
+        from navigator.execution.profiling import percentiles
+
+        won = result.entrants[winner]
+        thr, spread = won.figure()
+        last = [x for w in won.windows[-racing.RACE_LAST:] for x in w.latencies]
+        record["figure"] = {"throughput": round(thr, 3), "spread": round(spread, 4) if spread is not None else None,
+                            "latency_ms": percentiles(last)}
+    record["duration_s"] = round(time.perf_counter() - start, 4)
+    return record
+
+
+def tune_profile(ws, task, spec: RunnerTask, infer, record: dict, budget_s: float, settings: dict,
+                 io_names: dict | None = None) -> dict | None:
+    """``record`` (a profile's: ``results`` …) with what the tuning at its peak's batch size found
+    (``tuning``; with ``options`` and the peak's new figure when it kept some), or None when there is
+    nothing to tune (no candidates, no verify spec, a stateful model). ``infer`` is the runner's,
+    active; a failure of the tuning leaves the figures as they were and says why."""
+    from navigator import runners
+    from navigator.execution.profiling import RACE_WINDOW_S, ProfileSettings, batch_of, race_window
+    from navigator.execution.stages import runner_options, stored_sample
+
+    names = task.io_names if io_names is None else io_names
+    results = record.get("results") or []
+    if task.verify is None or task.verify.sequence or not results or not candidates(spec):
+        return None
+    raced = [r for r in results if r.get("raced")]
+    peak = raced[0] if raced else max(results, key=lambda r: r["throughput"])
+    size = peak["batch_size"]
+    try:
+        sample = stored_sample(ws, names)
+        feed = sample if task.profile.batch_dim is None else batch_of(sample, task.profile.batch_dim, size)
+        for _ in range(2):
+            infer(feed)     # back to speed: other runners may have run since
+        window_settings = ProfileSettings(**settings)
+        window_settings.window_s = min(window_settings.window_s, RACE_WINDOW_S)
+
+        def load(cand: RunnerTask):
+            runner = runners.create(cand.spec(), ws.abs(task.artifact), **runner_options(task, cand, names, None))
+            runner.activate()
+            return runner, runner.profiling_infer()[0]
+
+        found = tune(ws, task, spec, infer, feed, size, (peak["throughput"], peak.get("spread")), budget_s,
+                     lambda fn, f: race_window(fn, f, window_settings), load, names)
+    except Exception as e:   # noqa: BLE001 - the figures measured so far stand
+        log.exception("tuning %s failed", spec.key)
+        found = {"reason": f"tuning failed: {' '.join(str(e).split())[:300]}"}
+    if found is None:
+        return None
+    log.info("tuning %s of %s: %s", spec.key, task.key, found.get("reason"))
+    out = dict(record) | {"tuning": {k: v for k, v in found.items() if k not in ("options", "figure")}}
+    if found.get("options"):
+        out["options"] = found["options"]
+        out["results"] = [r | found["figure"] if r is peak else r for r in results]
+        base = (found.get("defaults") or {}).get("throughput") or 0.0
+        gain = f" ({found['figure']['throughput'] / base:.2f}x its defaults)" if base > 0 else ""
+        said = f"runtime options {label(found['options'])} kept{gain}"
+        out["reason"] = f"{record['reason']}; {said}" if record.get("reason") else said
+    return out
+
+
+def screen_and_tune(ws, task, spec: RunnerTask, runner, io_names: dict) -> dict:
+    """The profile of a format worker's runner (:func:`navigator.execution.stages.run_profile`); the
+    run's only (format, runner), screened there with nothing to race, is tuned there too."""
+    from navigator.execution.stages import run_profile
+
+    record = run_profile(ws, task, runner, io_names)
+    if not task.profile.screen:
+        return record
+    infer, _ = runner.profiling_infer()
+    return tune_profile(ws, task, spec, infer, record, task.profile.settings.get("budget_s", 20.0),
+                        task.profile.settings, io_names) or record

@@ -1,0 +1,158 @@
+"""Runtime options as profile candidates (navigator.execution.tuning) on a real small ONNX model and
+real onnxruntime runners: the race's winner is tuned, what the tuning keeps is verified, and the kept
+options reach runner(), reproduce.sh and the Triton config. Which options win depends on the machine,
+so the end-to-end test checks structure only; the decisions are driven by a deterministic window
+function (a stand-in for the clock, as the racing unit tests use), with real runners and real
+verification."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+import navigator
+from navigator.execution import tuning
+from navigator.execution.jobs import Job
+from navigator.execution.profiling import batch_of
+from navigator.execution.stages import runner_options, stored_sample
+from navigator.runners.onnxruntime import OnnxruntimeRunner
+from navigator.workspace import status as status_mod
+from navigator.workspace.layout import Workspace
+
+pytestmark = pytest.mark.functional
+FAST = dict(device="cpu", profile_budget_s=2, max_batch_size=4)
+
+
+@pytest.fixture(scope="module")
+def raced(tmp_path_factory):
+    from ..conftest import models
+
+    tmp = tmp_path_factory.mktemp("tuning")
+    model = models.save(models.foldable_mlp(), tmp / "foldable_mlp.onnx")
+    result = navigator.convert(model, workdir=tmp / "wd", targets=["onnx", "onnx-optimized"], **FAST)
+    assert result.ok, result.failures
+    return result
+
+
+def test_the_race_winner_is_tuned_and_what_it_keeps_travels(raced):
+    ws = Path(raced.workspace)
+    tuned = [(k, rk, rs) for k, fs in raced.status.formats.items() for rk, rs in fs.runners.items()
+             if rs.profile.tuning]
+    assert len(tuned) == 1, "exactly the race's winner is tuned"
+    key, rkey, rs = tuned[0]
+    record = rs.profile.tuning
+    want = OnnxruntimeRunner.tuning_candidates("cpu", None, tuning.cpus())
+    assert [c["options"] for c in record["candidates"]] == want
+    assert record["defaults"]["throughput"] > 0 and record["rounds"] >= 1 and record["reason"]
+    line = next(x for x in ws.joinpath(f"formats/{key}/reproduce.sh").read_text().splitlines()
+                if x.startswith(f"# run as {rkey} verified it:"))
+    runner = raced.runner(key, rkey)
+    try:
+        if rs.profile.options:      # kept: verified, named where it is served
+            assert record["verify"] == "ok" and rs.profile.options in [c["options"] for c in record["candidates"]]
+            assert "from its profile's tuning" in line and json.dumps(rs.profile.options, sort_keys=True) in line
+            assert rs.profile.options.items() <= runner.options.items()
+        else:                       # the defaults stayed: nothing else changed
+            assert "from its profile's tuning" not in line
+            assert not set(runner.options) & {k for c in want for k in c}
+    finally:
+        runner.deactivate()
+
+
+def _leader(raced):
+    ws = Workspace(Path(raced.workspace))
+    job = Job.from_dict(json.loads(ws.job_file("race").read_text()))
+    task = next(t for t in job.tasks if t.key == raced.best.key)
+    spec = next(s for s in task.runners if s.key == raced.best.runner)
+    return ws, task, spec
+
+
+def _tune(ws, task, spec, fast: str):
+    """Tune with windows whose latencies are fixed: ``fast`` (a candidate's label) runs at 1 ms a
+    batch, the defaults at 2 ms, every other candidate at 3 ms."""
+    speeds: dict = {}
+    loaded = []
+
+    def open_runner(cand, seconds):
+        runner = OnnxruntimeRunner(ws.abs(task.artifact), **runner_options(task, cand, task.io_names, None)).activate()
+        loaded.append(runner)
+
+        def infer(feeds):
+            return runner.infer(feeds)
+
+        speeds[infer] = seconds
+        return runner, infer
+
+    def load(cand):
+        own = {k: v for k, v in cand.options.items() if k not in spec.options}
+        return open_runner(cand, 0.001 if tuning.label(own) == fast else 0.003)
+
+    def window(infer, f):
+        infer(f)    # a real inference of the real runner: its options must work
+        return [speeds[infer]] * 5
+
+    default, infer = open_runner(spec, 0.002)
+    feed = batch_of(stored_sample(ws, task.io_names), task.profile.batch_dim, 2)
+    try:
+        return tuning.tune(ws, task, spec, infer, feed, 2, (1000.0, 0.01), 30.0, window, load), loaded[1:]
+    finally:
+        default.deactivate()
+
+
+def test_a_faster_candidate_is_kept_once_verified(raced):
+    ws, task, spec = _leader(raced)
+    record, loaded = _tune(ws, task, spec, "intra_op_num_threads=1" if tuning.cpus() > 1 else "execution_mode=parallel")
+    kept = record["options"]
+    assert record["verify"] == "ok" and kept in ({"intra_op_num_threads": 1}, {"execution_mode": "parallel"})
+    assert "separated from the defaults" in record["reason"] and record["figure"]["throughput"] == pytest.approx(2000.0)
+    assert all(not r.is_active for r in loaded)          # every candidate's runner was let go
+    assert record["defaults"]["out"].startswith("separated from")
+
+
+def test_a_faster_candidate_that_cannot_be_shown_right_is_not_kept(raced):
+    """The same race, but every sample was used for calibration: the candidate's verification is
+    inconclusive (it could not have failed on that data), so the defaults stay."""
+    ws, task, spec = _leader(raced)
+    task.verify.calibrated_on = [p.stem for p in ws.input_files()]
+    record, _ = _tune(ws, task, spec, "execution_mode=parallel")
+    assert "options" not in record and record["verify"] == "inconclusive"
+    assert "did not pass verification" in record["reason"] and "the defaults stay" in record["reason"]
+
+
+def test_a_tie_keeps_the_defaults(raced):
+    ws, task, spec = _leader(raced)
+    record, _ = _tune(ws, task, spec, "none of them")    # every candidate slower: the defaults win
+    assert "options" not in record and "verify" not in record and record["reason"].startswith("the defaults won")
+
+
+def test_kept_options_become_the_backends_parameters(raced, tmp_path):
+    """A workspace whose onnx runner kept intra_op_num_threads=1 and execution_mode=parallel: Triton's
+    onnxruntime backend gets them as its own parameters, and the note says why."""
+    ws = Path(raced.workspace)
+    st = status_mod.load(ws / "status.yaml")
+    rs = st.formats["onnx"].runners["onnxruntime-cpu"]
+    rs.profile.options = {"intra_op_num_threads": 1, "execution_mode": "parallel"}
+    status_mod.save(st, ws / "status.yaml")
+    try:
+        result = navigator.load(ws)
+        repo = result.to_triton(tmp_path / "repo", formats=["onnx"])
+        cfg = text_format.Parse(next((tmp_path / "repo").glob("*/config.pbtxt")).read_text(), mc.ModelConfig())
+        params = {k: v.string_value for k, v in cfg.parameters.items()}
+        assert params.items() >= {"intra_op_thread_count": "1", "execution_mode": "1"}.items()
+        assert any("measured and verified with execution_mode=parallel, intra_op_num_threads=1" in n
+                   for n in repo.notes)
+        runner = result.runner("onnx", "onnxruntime-cpu")
+        try:
+            assert runner.settings()["execution_mode"] == "parallel"
+            x = {n: np.asarray(v) for n, v in stored_sample(Workspace(ws), {}).items()}
+            assert runner.infer(x)
+        finally:
+            runner.deactivate()
+    finally:
+        rs.profile.options = None
+        status_mod.save(st, ws / "status.yaml")
