@@ -46,14 +46,16 @@ def label(options: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(options.items())) or DEFAULTS
 
 
-def tune(ws, task, spec: RunnerTask, infer, feed: dict, batch_size: int, figure: tuple[float, float | None],
-         budget_s: float, window, load, io_names: dict | None = None) -> dict | None:
+def tune(ws, task, spec: RunnerTask, infer, feed_at, batch_size: int, figure: tuple[float, float | None],
+         budget_s: float, window, load, io_names: dict | None = None, max_batch: int | None = None) -> dict | None:
     """Race the runner's candidates against its defaults (``infer``, already loaded and warm) on
-    ``feed`` at ``batch_size``: ``window(infer, feed)`` measures one window's latencies, ``load(spec)``
-    returns ``(runner, infer)`` for a candidate's options. Returns the tuning record, or None when
-    the runner has no candidates."""
+    ``feed_at(batch_size)``: ``window(infer, feeds)`` measures one window's latencies, ``load(spec)``
+    returns ``(runner, infer)`` for a candidate's options. Options kept move the batch size too
+    (:func:`climb`, up to ``max_batch``; None: a fixed batch). Returns the tuning record, or None
+    when the runner has no candidates."""
     from navigator.execution.stages import run_verify
 
+    feed = feed_at(batch_size)
     options = candidates(spec)
     if not options:
         return None
@@ -105,24 +107,64 @@ def tune(ws, task, spec: RunnerTask, infer, feed: dict, batch_size: int, figure:
     tuned = RunnerTask(runner=spec.runner, device=spec.device, provider=spec.provider,
                        options=spec.options | cand, rules=spec.rules)
     verdict, runner = run_verify(ws, task, tuned, task.io_names if io_names is None else io_names, store=False)
-    runner.deactivate()
-    record["verify"] = verdict.get("status")
-    if verdict.get("status") != "ok":
-        record["reason"] = (f"{winner} was faster but did not pass verification ({verdict.get('status')}: "
-                            f"{verdict.get('reason')}); the defaults stay")
-    else:
-        record["options"] = cand
-        record["reason"] = f"{winner} separated from the defaults after {result.rounds} interleaved rounds"
-        from navigator.execution.profiling import percentiles
-
-        won = result.entrants[winner]
-        thr, spread = won.figure()
-        last = [x for w in won.windows[-racing.RACE_LAST:] for x in w.latencies]
-        record["figure"] = {"throughput": round(thr, 3), "spread": round(spread, 4) if spread is not None else None,
-                            "latency_ms": percentiles(last)}
+    try:
+        record["verify"] = verdict.get("status")
+        if verdict.get("status") != "ok":
+            record["reason"] = (f"{winner} was faster but did not pass verification ({verdict.get('status')}: "
+                                f"{verdict.get('reason')}); the defaults stay")
+        else:
+            record["options"] = cand
+            record["reason"] = f"{winner} separated from the defaults after {result.rounds} interleaved rounds"
+            won = result.entrants[winner]
+            if max_batch is not None:
+                won, why = climb(runner.profiling_infer()[0], won, feed_at, max_batch, budget_s, window)
+                if why:
+                    record["reason"] += f"; {why}"
+            record["figure"] = _figure(won)
+    finally:
+        runner.deactivate()
     record["duration_s"] = round(time.perf_counter() - start, 4)
     return record
 
+
+def _figure(ent: racing.Entrant) -> dict:
+    from navigator.execution.profiling import percentiles
+
+    thr, spread = ent.figure()
+    last = [x for w in ent.windows[-racing.RACE_LAST:] for x in w.latencies]
+    return {"batch_size": ent.batch_size, "throughput": round(thr, 3),
+            "spread": round(spread, 4) if spread is not None else None, "latency_ms": percentiles(last)}
+
+
+def climb(infer, here: racing.Entrant, feed_at, max_batch: int, budget_s: float, window) -> tuple:
+    """New options move a runner's best batch size (one thread per call favours larger batches):
+    race ``here`` against its doubling neighbours, and move while a neighbour is separated from it.
+    Returns the entrant at the batch size found and what moved it (None: it stayed)."""
+    start_size, tried = here.batch_size, {here.batch_size}
+    feeds = {here.batch_size: feed_at(here.batch_size)}
+    while True:
+        sizes = [s for s in (here.batch_size // 2, here.batch_size * 2) if 1 <= s <= max_batch and s not in tried]
+        if not sizes:
+            break
+        tried.update(sizes)
+        for s in sizes:
+            feeds[s] = feed_at(s)
+            for _ in range(2):
+                infer(feeds[s])
+        others = [racing.Entrant(name=f"batch {s}", batch_size=s, screen_throughput=0.0, screen_spread=None)
+                  for s in sizes]
+        held = racing.Entrant(name=f"batch {here.batch_size}", batch_size=here.batch_size,
+                              screen_throughput=here.figure()[0], screen_spread=here.figure()[1])
+        result = racing.race([held, *others], lambda e: racing.Window(batch_size=e.batch_size,
+                                                                      latencies=window(infer, feeds[e.batch_size])),
+                             budget_s, max_rounds=TUNE_MAX_ROUNDS)
+        if not result.settled or result.leader == held.name:
+            here = held if len(held.windows) >= racing.RACE_MIN_WINDOWS else here
+            break
+        here = result.entrants[result.leader]
+    if here.batch_size == start_size:
+        return here, None
+    return here, f"its best batch size moved from {start_size} to {here.batch_size} with them"
 
 def tune_profile(ws, task, spec: RunnerTask, infer, record: dict, budget_s: float, settings: dict,
                  io_names: dict | None = None) -> dict | None:
@@ -143,19 +185,24 @@ def tune_profile(ws, task, spec: RunnerTask, infer, record: dict, budget_s: floa
     size = peak["batch_size"]
     try:
         sample = stored_sample(ws, names)
-        feed = sample if task.profile.batch_dim is None else batch_of(sample, task.profile.batch_dim, size)
+        batch_dim = task.profile.batch_dim
+
+        def feed_at(n: int) -> dict:
+            return sample if batch_dim is None else batch_of(sample, batch_dim, n)
+
         for _ in range(2):
-            infer(feed)     # back to speed: other runners may have run since
+            infer(feed_at(size))     # back to speed: other runners may have run since
         window_settings = ProfileSettings(**settings)
         window_settings.window_s = min(window_settings.window_s, RACE_WINDOW_S)
+        most = None if batch_dim is None or settings.get("batch_sizes") else window_settings.max_batch_size
 
         def load(cand: RunnerTask):
             runner = runners.create(cand.spec(), ws.abs(task.artifact), **runner_options(task, cand, names, None))
             runner.activate()
             return runner, runner.profiling_infer()[0]
 
-        found = tune(ws, task, spec, infer, feed, size, (peak["throughput"], peak.get("spread")), budget_s,
-                     lambda fn, f: race_window(fn, f, window_settings), load, names)
+        found = tune(ws, task, spec, infer, feed_at, size, (peak["throughput"], peak.get("spread")), budget_s,
+                     lambda fn, f: race_window(fn, f, window_settings), load, names, most)
     except Exception as e:   # noqa: BLE001 - the figures measured so far stand
         log.exception("tuning %s failed", spec.key)
         found = {"reason": f"tuning failed: {' '.join(str(e).split())[:300]}"}
@@ -165,7 +212,9 @@ def tune_profile(ws, task, spec: RunnerTask, infer, record: dict, budget_s: floa
     out = dict(record) | {"tuning": {k: v for k, v in found.items() if k not in ("options", "figure")}}
     if found.get("options"):
         out["options"] = found["options"]
-        out["results"] = [r | found["figure"] if r is peak else r for r in results]
+        fig = dict(found["figure"], io=peak.get("io"), **({"raced": True} if peak.get("raced") else {}))
+        kept = [{k: v for k, v in r.items() if k != "raced"} for r in results if r["batch_size"] != fig["batch_size"]]
+        out["results"] = sorted(kept + [fig], key=lambda r: r["batch_size"])
         base = (found.get("defaults") or {}).get("throughput") or 0.0
         gain = f" ({found['figure']['throughput'] / base:.2f}x its defaults)" if base > 0 else ""
         said = f"runtime options {label(found['options'])} kept{gain}"

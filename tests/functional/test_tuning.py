@@ -72,9 +72,9 @@ def _leader(raced):
     return ws, task, spec
 
 
-def _tune(ws, task, spec, fast: str):
+def _tune(ws, task, spec, fast: str, max_batch=None):
     """Tune with windows whose latencies are fixed: ``fast`` (a candidate's label) runs at 1 ms a
-    batch, the defaults at 2 ms, every other candidate at 3 ms."""
+    batch whatever its size, the defaults at 2 ms, every other candidate at 3 ms."""
     speeds: dict = {}
     loaded = []
 
@@ -94,12 +94,13 @@ def _tune(ws, task, spec, fast: str):
 
     def window(infer, f):
         infer(f)    # a real inference of the real runner: its options must work
-        return [speeds[infer]] * 5
+        return [speeds.get(infer, 0.001)] * 5    # unknown: the verified runner of the kept options, climbing
 
     default, infer = open_runner(spec, 0.002)
-    feed = batch_of(stored_sample(ws, task.io_names), task.profile.batch_dim, 2)
+    sample = stored_sample(ws, task.io_names)
     try:
-        return tuning.tune(ws, task, spec, infer, feed, 2, (1000.0, 0.01), 30.0, window, load), loaded[1:]
+        return tuning.tune(ws, task, spec, infer, lambda n: batch_of(sample, task.profile.batch_dim, n), 2,
+                           (1000.0, 0.01), 30.0, window, load, max_batch=max_batch), loaded[1:]
     finally:
         default.deactivate()
 
@@ -112,6 +113,18 @@ def test_a_faster_candidate_is_kept_once_verified(raced):
     assert "separated from the defaults" in record["reason"] and record["figure"]["throughput"] == pytest.approx(2000.0)
     assert all(not r.is_active for r in loaded)          # every candidate's runner was let go
     assert record["defaults"]["out"].startswith("separated from")
+    assert "batch size moved" not in record["reason"] and record["figure"]["batch_size"] == 2
+
+
+def test_kept_options_move_the_batch_size_where_they_are_fastest(raced):
+    """The kept candidate runs a batch in 1 ms whatever its size, so each doubling is ahead: the climb
+    from batch 2 goes to the largest size allowed (8) and the figure is measured there."""
+    ws, task, spec = _leader(raced)
+    fast = "intra_op_num_threads=1" if tuning.cpus() > 1 else "execution_mode=parallel"
+    record, _ = _tune(ws, task, spec, fast, max_batch=8)
+    assert record["options"] and record["figure"]["batch_size"] == 8
+    assert record["figure"]["throughput"] == pytest.approx(8000.0)
+    assert "its best batch size moved from 2 to 8 with them" in record["reason"]
 
 
 def test_a_faster_candidate_that_cannot_be_shown_right_is_not_kept(raced):

@@ -381,8 +381,10 @@ class OpenVINOStandin(StandinModel):
             return {n: np.array(result[compiled.outputs[i]]) for n, i in out_index.items()}
 
         self.input_count = len(model.inputs)
-        applied = ", ".join("%s %s" % (k, compiled.get_property(k)) for k in ("PERFORMANCE_HINT", "INFERENCE_NUM_THREADS"))
-        return inputs, outputs, run, "openvino %s, inference precision %s, %s" % (ov.__version__, self.precision, applied)
+        applied = ", ".join("%s %s" % (k, compiled.get_property(k))
+                            for k in ("PERFORMANCE_HINT", "INFERENCE_NUM_THREADS"))
+        return inputs, outputs, run, "openvino %s, inference precision %s, %s" % (
+            ov.__version__, self.precision, applied)
 
 
 class _NotInstalled(StandinModel):
