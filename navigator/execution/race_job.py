@@ -151,7 +151,9 @@ def _load(ws, entry: _Entry) -> None:
                                   **runner_options(task, spec, task.io_names, None))
     start = time.perf_counter()
     entry.runner.activate()   # torch_compile compiles here, from the run's compiler caches its verify filled
-    log.info("race: %s loaded in %.2f s", entry.name, time.perf_counter() - start)
+    cache = getattr(entry.runner, "graph_cache", None)
+    log.info("race: %s loaded in %.2f s%s", entry.name, time.perf_counter() - start,
+             f" (inductor graph cache: {cache['hit']} hit, {cache['miss']} miss)" if cache else "")
     entry.infer, entry.io = entry.runner.profiling_infer()
 
 

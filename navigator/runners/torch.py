@@ -16,8 +16,9 @@ keeps the inputs on the GPU and leaves the outputs there (``io: device``, as
 
 from __future__ import annotations
 
-import json
 import contextlib
+import json
+import logging
 import time
 from pathlib import Path
 
@@ -195,8 +196,20 @@ class TorchCompileRunner(TorchEagerRunner):
         compiled = self._torch.compile(self.module(), options=options)
         sample = npz.load(Workspace(Path(self.path).parent.parent.parent).input_files()[0])
         self.fn = compiled
+        before = self._graph_cache()
         self.infer_impl({n: sample[n] for n in self.input_names})   # compiles
+        after = self._graph_cache()
+        # compiled here or read back from the run's compiler cache (navigator.pipeline.run.run_caches)
+        self.graph_cache = {k: after[k] - before[k] for k in after}
+        logging.getLogger("navigator.worker").info("torch_compile: inductor graph cache %d hit, %d miss",
+                                                   self.graph_cache["hit"], self.graph_cache["miss"])
         return compiled
+
+    @staticmethod
+    def _graph_cache() -> dict:
+        from torch._dynamo.utils import counters
+
+        return {"hit": counters["inductor"]["fxgraph_cache_hit"], "miss": counters["inductor"]["fxgraph_cache_miss"]}
 
 
 class TorchScriptRunner(_TorchRunner):
