@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from navigator.converters.base import Converter, ConvertContext, ConvertOutcome, main
 from navigator.converters.registry import register
@@ -27,10 +31,39 @@ class OnnxToOpenVINO(Converter):
     def convert(self, ctx: ConvertContext) -> ConvertOutcome:
         import openvino as ov
 
-        model = ov.convert_model(str(ctx.source))
-        ov.save_model(model, str(ctx.output), compress_to_fp16=ctx.params.compress_to_fp16)
-        names = {p.get_any_name(): p.get_any_name() for p in list(model.inputs) + list(model.outputs)}
+        with _in_place_weights(ctx) as source:
+            model = ov.convert_model(str(source))
+            ov.save_model(model, str(ctx.output), compress_to_fp16=ctx.params.compress_to_fp16)
+            names = {p.get_any_name(): p.get_any_name() for p in list(model.inputs) + list(model.outputs)}
+            del model
         return ConvertOutcome(exporter=f"openvino {ov.__version__}", io_names=names)
+
+
+@contextlib.contextmanager
+def _in_place_weights(ctx: ConvertContext):
+    """The ONNX file to convert: for a model with external data, a copy whose MatMul weights are
+    stored transposed (:func:`navigator.converters.onnx_io.pretranspose_matmul_weights`), beside the
+    output and removed after, so that the conversion reads them in place; else the source itself."""
+    import onnx
+
+    from navigator.converters.onnx_io import external_tensors, pretranspose_matmul_weights, save_proto
+
+    model = onnx.load(str(ctx.source), load_external_data=False)
+    if not external_tensors(model):
+        yield ctx.source
+        return
+    folder = Path(tempfile.mkdtemp(prefix=".pretransposed-", dir=ctx.output.parent))
+    try:
+        rewritten, count, size = pretranspose_matmul_weights(model, ctx.source.parent, folder, "model.onnx.data")
+        if not count:
+            yield ctx.source
+            return
+        ctx.log.info("%d MatMul weights (%.2f GiB) stored transposed for the conversion to read them in place",
+                     count, size / 2**30)
+        save_proto(rewritten, folder / "model.onnx")
+        yield folder / "model.onnx"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

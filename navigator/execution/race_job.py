@@ -25,8 +25,10 @@ race interleaves the two processes' windows as it does its own, one process meas
 
 Runners stay loaded from screening to the race while the artifacts are small
 (:data:`KEEP_LOADED_BYTES`), so a torch.compile graph is not compiled twice; larger ones
-are unloaded after screening and contenders loaded again. A crash here fails the
-profiles not yet reported (the parent names the runner that was being measured)."""
+are unloaded after screening, and contenders whose artifacts add up to more than that are
+not raced (the race holds every contender at once: 6.6x a 2.25 GiB model's size in memory,
+benchmarks/results/large_model_cpu.md), nor tuned; their screening figures stand. A crash here
+fails the profiles not yet reported (the parent names the runner that was being measured)."""
 
 from __future__ import annotations
 
@@ -134,11 +136,26 @@ class _Caller:
 
 
 def _artifact_bytes(ws, tasks: list[Task]) -> int:
+    """What loading the tasks' artifacts reads: each file, the files of a folder artifact, and the
+    files its format's record says belong to it (OpenVINO's model.bin, ONNX external data)."""
+    from navigator import formats
+    from navigator.dotted import resolve
+
     total = 0
     for task in tasks:
         path = Path(ws.abs(task.artifact))
-        files = [path] if path.is_file() else list(path.parent.glob("*")) if path.parent.is_dir() else []
-        total += sum(f.stat().st_size for f in files if f.is_file())
+        if path.is_dir():
+            files = [f for f in path.rglob("*")]
+        else:
+            files = [path]
+            for fmt in (f for f in formats.all_formats() if f.artifact == path.name):
+                files += [path.with_name(c) for c in fmt.companions]
+                if fmt.data_files and path.is_file():
+                    try:
+                        files += resolve(fmt.data_files)(path)
+                    except Exception:   # noqa: BLE001 - an unreadable graph: its own size stands
+                        pass
+        total += sum(f.stat().st_size for f in set(files) if f.is_file())
     return total
 
 
@@ -261,8 +278,16 @@ def run_race(ws, events, job: Job) -> int:
     for entry in entries:
         if entry not in chosen:
             _unload(entry)
+    held = sum(_artifact_bytes(ws, [e.task]) for e in chosen if isinstance(e, _Entry))
     try:
-        if len(chosen) >= 2:
+        if len(chosen) >= 2 and held > KEEP_LOADED_BYTES:
+            events.emit(Event(task=chosen[0].index, key="race", stage="race", runner=None, event="start"))
+            events.emit(Event(task=chosen[0].index, key="race", stage="race", event="end", result={
+                "status": "skipped", "duration_s": 0.0, "contenders": [e.name for e in chosen],
+                "reason": f"not raced: its {len(chosen)} contenders would hold {held / 2**30:.2f} GiB of artifacts in "
+                          "memory at once; their screening figures stand"}))
+            leader = None
+        elif len(chosen) >= 2:
             leader = _run_race(ws, events, chosen, max(1.0, min(budget, total_budget - (time.perf_counter() - start))),
                                settings)
         else:

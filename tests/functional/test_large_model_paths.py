@@ -76,3 +76,56 @@ def test_tensors_are_read_in_smallest_first_within_the_budget(tmp_path):
     assert inline_small_external(model, src.parent, max_bytes=1 << 20, budget=100) == 1
     assert [t.name for t in external_tensors(model)] == ["w1"]
     assert onnx.numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "two")) == 2.0
+
+
+def _external_matmuls(tmp_path):
+    """x [batch, 8] @ w1 [8, 16] + b [16] -> relu -> @ w2 [16, 4]: every tensor external; w1 and w2
+    are MatMul weights (not square: a wrong transposition cannot pass), b is not."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(4)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+             for n, s in (("w1", (8, 16)), ("b", (16,)), ("w2", (16, 4)))]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b"], ["hb"]),
+             helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, "mm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    src = tmp_path / "src" / "mm.onnx"
+    src.parent.mkdir()
+    onnx.save_model(model, str(src), save_as_external_data=True, location="mm.onnx.data", size_threshold=0)
+    return src
+
+
+def test_matmul_weights_are_stored_transposed_for_openvino_and_compute_the_same(tmp_path):
+    """The rewrite OpenVINO's conversion reads (its MatMul weights in place, not a transposed copy
+    of each: benchmarks/results/large_model_cpu.md): the rewritten model computes the source's
+    function in onnxruntime, and the OpenVINO IR made from it verifies."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from navigator.converters.onnx_io import TRANSPOSED, pretranspose_matmul_weights, save_proto
+
+    src = _external_matmuls(tmp_path)
+    out = tmp_path / "rewritten"
+    out.mkdir()
+    model = onnx.load(str(src), load_external_data=False)
+    rewritten, count, size = pretranspose_matmul_weights(model, src.parent, out, "model.onnx.data")
+    assert (count, size) == (2, (8 * 16 + 16 * 4) * 4)
+    assert {i.name for i in rewritten.graph.initializer} == {"w1" + TRANSPOSED, "b", "w2" + TRANSPOSED}
+    save_proto(rewritten, out / "model.onnx")
+    x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
+    want = ort.InferenceSession(str(src)).run(None, {"x": x})[0]
+    got = ort.InferenceSession(str(out / "model.onnx")).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, want)
+
+    result = navigator.convert(src, workdir=tmp_path / "wd", targets=["onnx", "openvino"], **FAST)
+    assert result.ok, result.failures
+    fs = result.status.formats["openvino"]
+    assert fs.runners["openvino-cpu"].verify.status == "ok"
+    log = (result.workspace / fs.convert.log).read_text()
+    assert "2 MatMul weights (0.00 GiB) stored transposed for the conversion to read them in place" in log
+    assert not [p for p in (result.workspace / fs.path).parent.iterdir()
+                if p.name.startswith(".pretransposed-")]    # the rewritten copy was removed

@@ -80,3 +80,19 @@ def test_repair_leaves_defined_ops_alone():
     model = models.small_cnn()
     before = [n.op_type for n in model.graph.node]
     assert repair(model) == [] and [n.op_type for n in model.graph.node] == before
+
+
+@pytest.mark.parametrize("shape, dtype", [((300, 1030), "float16"), ((1, 7), "float32"), ((513, 2), "float64"),
+                                          ((8192, 600), "float32")])   # the last: 3 blocks of columns
+def test_a_weight_is_written_transposed_in_blocks_exactly(tmp_path, shape, dtype):
+    """onnx_io._write_transposed (OpenVINO's in-place weights): blocks and tiles that do not divide
+    the shape still give exactly ``w.T``."""
+    import numpy as np
+
+    from navigator.converters.onnx_io import _write_transposed
+
+    w = np.random.default_rng(0).standard_normal(shape).astype(dtype)
+    with open(tmp_path / "t.bin", "wb") as f:
+        _write_transposed(f, w)
+    got = np.fromfile(tmp_path / "t.bin", dtype=dtype).reshape(shape[::-1])
+    np.testing.assert_array_equal(got, w.T)
