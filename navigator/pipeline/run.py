@@ -4,7 +4,6 @@ record and exit code."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sys
@@ -64,8 +63,6 @@ class _LogFileHandler(logging.FileHandler):
         super().__init__(filename, mode="a", encoding="utf-8", delay=True, errors="backslashreplace")
 
     def _open(self):
-        import os
-
         fd = os.open(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         return open(fd, "a", encoding=self.encoding, errors=self.errors)
 
@@ -133,6 +130,8 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
     ``no_warm_workers``."""
     from navigator.execution import forkserver
 
+    from navigator.execution.compile_cache import run_caches
+
     with run_caches():
         server = forkserver.for_run(model, config)
         try:
@@ -141,44 +140,6 @@ def run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_f
         finally:
             if server is not None:
                 server.close()
-
-
-# caches compilers keep in one shared folder of the system temp folder by default: a worker killed
-# mid-write (a 0-byte .so of torch.compile) would break every later run that reads it
-_CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
-_CACHE_PREFIX = "navigator-compile-cache-"
-
-
-@contextlib.contextmanager
-def run_caches():
-    """Compiler caches private to this run, in a temp folder removed at its end (and left-overs of
-    runs that died removed at the next start); a variable the user set is kept."""
-    import shutil
-    import tempfile
-
-    from navigator.execution.processes import left_by_dead_runs
-
-    unset = [v for v in _CACHE_VARIABLES if not os.environ.get(v)]
-    folder = None
-    if unset:
-        try:
-            root = Path(tempfile.gettempdir())
-            for old in left_by_dead_runs(root, _CACHE_PREFIX):
-                shutil.rmtree(old, ignore_errors=True)
-            folder = Path(tempfile.mkdtemp(prefix=f"{_CACHE_PREFIX}{os.getpid()}-", dir=root))
-        except OSError:   # no writable temp folder: the compilers' defaults
-            folder = None
-    if folder is not None:
-        for v in unset:
-            os.environ[v] = str(folder / v.split("_")[0].lower())
-    try:
-        yield
-    finally:
-        if folder is not None:
-            for v in unset:
-                os.environ.pop(v, None)
-            shutil.rmtree(folder, ignore_errors=True)
-
 
 
 SAMPLE_S = 0.25   # the shortest window the free cores are measured over

@@ -199,7 +199,7 @@ class TorchCompileRunner(TorchEagerRunner):
         before = self._graph_cache()
         self.infer_impl({n: sample[n] for n in self.input_names})   # compiles
         after = self._graph_cache()
-        # compiled here or read back from the run's compiler cache (navigator.pipeline.run.run_caches)
+        # compiled here or read back from the run's compiler cache (navigator.execution.compile_cache)
         self.graph_cache = {k: after[k] - before[k] for k in after}
         logging.getLogger("navigator.worker").info("torch_compile: inductor graph cache %d hit, %d miss",
                                                    self.graph_cache["hit"], self.graph_cache["miss"])

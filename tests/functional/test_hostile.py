@@ -485,7 +485,8 @@ def escape():
 def test_compiler_caches_are_private_to_the_run(cli, tmp_path):
     """torch.compile's cache is a temp folder of the run's own (a worker killed while it links leaves
     a 0-byte .so there, never in the shared folder later runs read); it is removed at the end, and so
-    are left-overs of runs that died."""
+    are left-overs of runs that died. The first run that compiled publishes its cache as this
+    machine's seed (no model's graphs in it); the next run's private cache starts from it."""
     import tempfile
 
     seen = tmp_path / "seen.txt"
@@ -497,8 +498,9 @@ class Net(torch.nn.Module):
         self.lin = torch.nn.Linear(8, 4)
     def forward(self, x):
         if not torch.compiler.is_compiling():
+            where = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "-")
             with open({str(seen)!r}, "a") as f:
-                f.write(os.environ.get("TORCHINDUCTOR_CACHE_DIR", "-") + "\\n")
+                f.write(where + " " + str(len(os.listdir(where)) if os.path.isdir(where) else 0) + "\\n")
         return self.lin(x)
 def net():
     torch.manual_seed(0)
@@ -510,12 +512,22 @@ def net():
     (stale / "torchinductor").mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
     env["TMPDIR"] = str(temp)
-    r = subprocess.run([sys.executable, "-m", "navigator", "convert", f"{tmp_path / 'f.py'}:net", "--shapes",
-                        "x:4x8", "--workdir", str(workdir), "--targets", "torch", "--runners", "torch_compile",
-                        "--no-profile", "--device", "cpu", "--timeout", "300"],
-                       capture_output=True, text=True, env=env, timeout=600)
+    env["NAVIGATOR_CACHE"] = str(tmp_path / "navcache")
+    cmd = [sys.executable, "-m", "navigator", "convert", f"{tmp_path / 'f.py'}:net", "--shapes", "x:4x8", "--workdir",
+           str(workdir), "--targets", "torch", "--runners", "torch_compile", "--no-profile", "--device", "cpu",
+           "--timeout", "300", "--force"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    dirs = {line for line in seen.read_text().splitlines() if line}
-    assert dirs and all(d.startswith(str(temp / "navigator-compile-cache-")) for d in dirs), dirs
+    first = [line.split() for line in seen.read_text().splitlines() if line]
+    assert first and all(d.startswith(str(temp / "navigator-compile-cache-")) for d, _ in first), first
+    assert first[0][1] == "0"                                   # no seed yet: the cache starts empty
     assert not list(temp.glob("navigator-compile-cache-*")), "the run's cache (or a dead run's) is left"
     assert tempfile.gettempdir() != str(temp)
+    seeds = list((tmp_path / "navcache" / "inductor-seed").iterdir())
+    assert len(seeds) == 1 and list(seeds[0].rglob("*.so")) and not (seeds[0] / "fxgraph").exists()
+    seen.unlink()
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    second = [line.split() for line in seen.read_text().splitlines() if line]
+    assert second and int(second[0][1]) > 0, second            # started from the seed, before any compile
+    assert second[0][0] != first[0][0] and not list(temp.glob("navigator-compile-cache-*"))
