@@ -12,7 +12,10 @@ The oracle then measures every verified (format, runner) of that workspace with 
 of its runner class's tuning candidates (``Runner.tuning_candidates``) at every batch size from 1 doubling
 to the run's max batch size, each point with the full sweep's rule (windows of >= 100 ms and 10
 inferences until the last 3 agree within 10%, 3-10 windows: ``navigator.execution.profiling.measure``).
-Its time is the sum of those measurements and runner loads. Last, Navigator's pick (its best, with the
+Its time is the sum of those measurements and runner loads. Its best is taken where ``best`` chooses:
+a format that a server would not run as verified (OpenVINO where its default precision failed
+verification: ``navigator.formats.serving_refusal``) is measured, as Navigator measures it, but not
+picked, as Navigator does not pick it. Last, Navigator's pick (its best, with the
 options its profile kept, at its batch size) and the oracle's best point are measured again in
 alternation, 3 rounds each, and compared on those figures (the first sweep's figures are moments apart
 and carry the machine's drift).
@@ -130,8 +133,11 @@ def _measure(infer, sample, batch_dim, size):
 
 
 def oracle(ws: Path, max_batch: int) -> dict:
-    """Every verified (format, runner) x options x batch size, measured fully."""
-    from navigator import runners
+    """Every (format, runner) Navigator profiled x options x batch size, measured fully; each row says
+    whether best may pick it (``eligible``: of a format a server runs as verified,
+    ``formats.serving_refusal``: not OpenVINO where its default precision, which Triton's backend
+    serves, failed verification)."""
+    from navigator import formats, runners
     from navigator.workspace.status import load
 
     st = load(ws / "status.yaml")
@@ -146,7 +152,8 @@ def oracle(ws: Path, max_batch: int) -> dict:
     for key, fs in st.formats.items():
         for rkey, rs in fs.runners.items():
             if rs.verify.status != "ok" or rs.profile.status != "ok":
-                continue   # the space Navigator measured: verified and profiled pairs
+                continue   # the space Navigator measured
+            eligible = not formats.serving_refusal(key, fs)
             cls = runners.runner_class(rs.runner)
             for options in [{}] + cls.tuning_candidates(rs.device, rs.provider, cpus):
                 runner, sample, batch_dim = _open(ws, key, rkey, options)
@@ -154,7 +161,7 @@ def oracle(ws: Path, max_batch: int) -> dict:
                     infer, _ = runner.profiling_infer()
                     for size in sizes:
                         rows.append({"key": key, "runner": rkey, "options": options, "batch_size": size,
-                                     "throughput": _measure(infer, sample, batch_dim, size)})
+                                     "throughput": _measure(infer, sample, batch_dim, size), "eligible": eligible})
                         print(f"  oracle {key} {rkey} {options or 'defaults'} b{size}: {rows[-1]['throughput']:.1f}/s",
                               flush=True)
                 finally:
@@ -186,7 +193,7 @@ def run_one(name: str, workdir: Path) -> dict:
     nav = run_navigator(name, workdir)
     ws = Path(nav["workspace"])
     orc = oracle(ws, MODELS[name][1])
-    top = max(orc["rows"], key=lambda r: r["throughput"])
+    top = max((r for r in orc["rows"] if r["eligible"]), key=lambda r: r["throughput"])
     best = {k: top[k] for k in ("key", "runner", "options", "batch_size")}
     verdict = judge(ws, nav["pick"], best)
     return {"model": name, "what": MODELS[name][2], "navigator": nav, "oracle": orc, "oracle_best": top,

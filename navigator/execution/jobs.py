@@ -171,6 +171,9 @@ class Job(Record):
     # The race job: (format, runner) pairs of the calling process (a live module's, screened there)
     # that join the race; their windows are measured by the calling process when asked (race_job)
     race_peers: list[RacePeer] = field(default_factory=list)
+    # The race job: format keys best cannot pick (a server would not run them as verified:
+    # navigator.formats.serving_refusal); raced, never tuned
+    not_best: list[str] = field(default_factory=list)
 
     _nested: ClassVar = {"tasks": (Task, "list"), "race_peers": (RacePeer, "list")}
 

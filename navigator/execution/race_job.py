@@ -280,29 +280,29 @@ def run_race(ws, events, job: Job) -> int:
             _unload(entry)
     held = sum(_artifact_bytes(ws, [e.task]) for e in chosen if isinstance(e, _Entry))
     try:
+        records = {e.name: e.record for e in [*entries, *peers] if e.record}
         if len(chosen) >= 2 and held > KEEP_LOADED_BYTES:
             events.emit(Event(task=chosen[0].index, key="race", stage="race", runner=None, event="start"))
             events.emit(Event(task=chosen[0].index, key="race", stage="race", event="end", result={
                 "status": "skipped", "duration_s": 0.0, "contenders": [e.name for e in chosen],
                 "reason": f"not raced: its {len(chosen)} contenders would hold {held / 2**30:.2f} GiB of artifacts in "
                           "memory at once; their screening figures stand"}))
-            leader = None
         elif len(chosen) >= 2:
-            leader = _run_race(ws, events, chosen, max(1.0, min(budget, total_budget - (time.perf_counter() - start))),
-                               settings)
-        else:
-            leader = (chosen[0], chosen[0].record) if chosen else None
-        if leader is not None and isinstance(leader[0], _Entry) and keep:
-            _tune_leader(ws, events, *leader, max(1.0, min(budget, total_budget - (time.perf_counter() - start))),
-                         settings)
+            left = max(1.0, min(budget, total_budget - (time.perf_counter() - start)))
+            records |= _run_race(ws, events, chosen, left, settings)
+        pick = _best_pick([*entries, *peers], records, set(job.not_best))
+        if isinstance(pick, _Entry) and keep:   # a live module's runner (a peer) lives in the calling process
+            _tune_leader(ws, events, pick, records[pick.name],
+                         max(1.0, min(budget, total_budget - (time.perf_counter() - start))), settings)
     finally:
         for entry in entries:
             _unload(entry)
     return 0
 
 
-def _run_race(ws, events, chosen: list, budget_s: float, settings: dict):
-    """The race of ``chosen``, its events; returns (the leader, its profile record) or None."""
+def _run_race(ws, events, chosen: list, budget_s: float, settings: dict) -> dict:
+    """The race of ``chosen``, its events; returns each contender's profile record by name (none
+    when the race failed: the screening figures stand)."""
     from navigator.errors import error_text
 
     events.emit(Event(task=chosen[0].index, key="race", stage="race", runner=None, event="start"))
@@ -314,21 +314,32 @@ def _run_race(ws, events, chosen: list, budget_s: float, settings: dict):
         events.emit(Event(task=chosen[0].index, key="race", stage="race", event="end",
                           result={"status": "failed", "reason": error_text(e),
                                   "duration_s": round(time.perf_counter() - t0, 4)}))
-        return None   # the screening figures stand
+        return {}   # the screening figures stand
     race_s = time.perf_counter() - t0
     summary = {"status": "ok", "duration_s": round(race_s, 4), "leader": result.leader,
                "settled": result.settled, "rounds": result.rounds, "contenders": [e.name for e in chosen],
                "reason": None if result.settled else result.reason}
     events.emit(Event(task=chosen[0].index, key="race", stage="race", event="end", result=summary))
-    leader = None
+    records = {}
     for entry in chosen:
         record = _race_record(entry, result) | {"status": "ok",
                                                 "duration_s": round(entry.duration_s + race_s / len(chosen), 4)}
         events.emit(Event(task=entry.index, key=entry.key, stage="profile", runner=entry.rkey, event="end",
                           result=record))
-        if entry.entrant.name == result.leader:
-            entry.duration_s, leader = record["duration_s"], (entry, record)
-    return leader
+        entry.duration_s, records[entry.name] = record["duration_s"], record
+    return records
+
+
+def _best_pick(entries: list, records: dict, not_best: set):
+    """The (format, runner) best will pick from these figures: the highest peak (a raced figure
+    first, as ProfileStep.peak) among those of a format a server runs as verified; None without one."""
+    def peak(record: dict) -> float:
+        results = record.get("results") or []
+        raced = [r["throughput"] for r in results if r.get("raced")]
+        return raced[0] if raced else max((r["throughput"] for r in results), default=0.0)
+
+    eligible = [e for e in entries if e.name in records and e.key not in not_best and records[e.name].get("results")]
+    return max(eligible, key=lambda e: peak(records[e.name]), default=None)
 
 
 def _tune_leader(ws, events, entry: _Entry, record: dict, budget_s: float, settings: dict) -> None:

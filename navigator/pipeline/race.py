@@ -224,8 +224,11 @@ def _run_race(ctx: RunContext, isolation) -> None:
                 peers = []
         if not tasks and len(peers) < 2:
             return
+        from navigator import formats
+
+        not_best = [t.key for t in tasks if formats.serving_refusal(t.key, ctx.status.formats[t.key])]
         job = Job(workspace=str(ctx.ws.root), events=str(ctx.ws.events_file("race")), tasks=tasks, race=True,
-                  parent_pid=os.getpid(), race_peers=peers)
+                  parent_pid=os.getpid(), race_peers=peers, not_best=not_best)
         ctx.book.process_starts += 1
         start = time.perf_counter()
         outcome = isolation.run_worker(job, ctx.ws.job_file("race"), ctx.ws.race_log,

@@ -45,6 +45,7 @@ def test_the_race_winner_is_tuned_and_what_it_keeps_travels(raced):
              if rs.profile.tuning]
     assert len(tuned) == 1, "exactly the race's winner is tuned"
     key, rkey, rs = tuned[0]
+    assert (key, rkey) == (raced.best.key, raced.best.runner)     # the pick best makes
     record = rs.profile.tuning
     want = OnnxruntimeRunner.tuning_candidates("cpu", None, tuning.cpus())
     assert [c["options"] for c in record["candidates"]] == want

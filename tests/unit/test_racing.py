@@ -384,3 +384,21 @@ def test_a_long_step_reports_its_elapsed_time():
             time.sleep(0.01)
     assert lines and lines[0][:3] == ("torch", "verify", "torch_compile-cpu") and lines[0][3] >= 100
     assert all(line[0] == "torch" for line in lines)
+
+
+def test_the_pair_tuned_is_the_one_best_picks():
+    """race_job._best_pick: the highest peak, a raced figure before a higher screening one, among the
+    formats a server runs as verified (OpenVINO refused where its default precision failed)."""
+    from types import SimpleNamespace as NS
+
+    from navigator.execution.race_job import _best_pick
+
+    entries = [NS(name="onnx on ort", key="onnx"), NS(name="ov on ov", key="openvino"),
+               NS(name="opt on ort", key="onnx-optimized")]
+    records = {"onnx on ort": {"results": [{"batch_size": 8, "throughput": 90.0, "raced": True},
+                                           {"batch_size": 4, "throughput": 95.0}]},
+               "ov on ov": {"results": [{"batch_size": 8, "throughput": 120.0, "raced": True}]},
+               "opt on ort": {"results": [{"batch_size": 8, "throughput": 92.0}]}}
+    assert _best_pick(entries, records, set()).key == "openvino"
+    assert _best_pick(entries, records, {"openvino"}).key == "onnx-optimized"   # 92 screened > 90 raced
+    assert _best_pick(entries, {}, set()) is None
