@@ -242,11 +242,11 @@ REWARM_S = 0.05
 RACE_WINDOW_S = 0.05
 
 
-def race_window(infer, feed: dict, settings) -> list[float]:
-    """One race window's latencies, after :data:`REWARM_S` of unmeasured running (back to speed
+def race_window(infer, feed: dict, settings, rewarm_s: float = REWARM_S) -> list[float]:
+    """One race window's latencies, after ``rewarm_s`` of unmeasured running (back to speed
     after the others ran). The calling process measures a peer's windows with it too."""
     start, n = time.perf_counter(), 0
-    while n < 2 or time.perf_counter() - start < REWARM_S:
+    while n < 2 or time.perf_counter() - start < rewarm_s:
         infer(feed)
         n += 1
     lat, _ = window(infer, feed, settings)

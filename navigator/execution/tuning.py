@@ -23,6 +23,12 @@ log = logging.getLogger("navigator.worker")
 
 DEFAULTS = "defaults"
 TUNE_MAX_ROUNDS = 20
+# a candidate below this share of the defaults in a first window is out at once: no spread a window
+# shows hides a 2x gap (onnxruntime's parallel mode ran 50-600x slower on chain-like graphs)
+FAR_BEHIND = 0.5
+# the tuning's windows, shorter than the race's: its entrants are one artifact under other settings,
+# whose gaps run 1.2-2.8x (benchmarks/results/options_oracle_cpu.md); 10 inferences at least, as any window
+TUNE_WINDOW_S = REWARM_TUNE_S = 0.02
 
 
 def cpus() -> int:
@@ -84,7 +90,17 @@ def tune(ws, task, spec: RunnerTask, infer, feed_at, batch_size: int, figure: tu
         def measure(ent: racing.Entrant) -> racing.Window:
             return racing.Window(batch_size=batch_size, latencies=window(infers[ent.name], feed))
 
-        result = racing.race(entrants, measure, budget_s, max_rounds=TUNE_MAX_ROUNDS)
+        for ent in entrants:          # a first window each: it counts as the race's first round
+            ent.windows.append(measure(ent))
+        first = entrants[0].windows[0].throughput
+        for ent in entrants[1:]:
+            share = ent.windows[0].throughput / first if first > 0 else 1.0
+            if share < FAR_BEHIND:
+                ent.out = f"{share:.2f}x the defaults in a first window"
+        racing_now = [e for e in entrants if not e.out]
+        result = racing.race(racing_now, measure, budget_s, max_rounds=TUNE_MAX_ROUNDS)
+        result.rounds += 1
+        result.entrants = {e.name: e for e in entrants}
     finally:
         for _, runner, _ in loaded.values():
             runner.deactivate()
@@ -173,7 +189,7 @@ def tune_profile(ws, task, spec: RunnerTask, infer, record: dict, budget_s: floa
     nothing to tune (no candidates, no verify spec, a stateful model). ``infer`` is the runner's,
     active; a failure of the tuning leaves the figures as they were and says why."""
     from navigator import runners
-    from navigator.execution.profiling import RACE_WINDOW_S, ProfileSettings, batch_of, race_window
+    from navigator.execution.profiling import ProfileSettings, batch_of, race_window
     from navigator.execution.stages import runner_options, stored_sample
 
     names = task.io_names if io_names is None else io_names
@@ -193,7 +209,7 @@ def tune_profile(ws, task, spec: RunnerTask, infer, record: dict, budget_s: floa
         for _ in range(2):
             infer(feed_at(size))     # back to speed: other runners may have run since
         window_settings = ProfileSettings(**settings)
-        window_settings.window_s = min(window_settings.window_s, RACE_WINDOW_S)
+        window_settings.window_s = min(window_settings.window_s, TUNE_WINDOW_S)
         most = None if batch_dim is None or settings.get("batch_sizes") else window_settings.max_batch_size
 
         def load(cand: RunnerTask):
@@ -202,7 +218,7 @@ def tune_profile(ws, task, spec: RunnerTask, infer, record: dict, budget_s: floa
             return runner, runner.profiling_infer()[0]
 
         found = tune(ws, task, spec, infer, feed_at, size, (peak["throughput"], peak.get("spread")), budget_s,
-                     lambda fn, f: race_window(fn, f, window_settings), load, names, most)
+                     lambda fn, f: race_window(fn, f, window_settings, REWARM_TUNE_S), load, names, most)
     except Exception as e:   # noqa: BLE001 - the figures measured so far stand
         log.exception("tuning %s failed", spec.key)
         found = {"reason": f"tuning failed: {' '.join(str(e).split())[:300]}"}
