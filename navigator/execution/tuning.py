@@ -107,6 +107,9 @@ def tune(ws, task, spec: RunnerTask, infer, feed_at, batch_size: int, figure: tu
     record["rounds"] = result.rounds
     for ent in entrants:
         thr, spread = ent.figure()
+        if ent.windows and len(ent.windows) < racing.RACE_MIN_WINDOWS:   # out early: its own windows, not 0
+            lat = [x for w in ent.windows for x in w.latencies]
+            thr, spread = len(lat) * batch_size / sum(lat), None
         row = {"throughput": round(thr, 3), "spread": round(spread, 4) if spread is not None else None,
                **({"out": ent.out} if ent.out else {})}
         if ent.name == DEFAULTS:
