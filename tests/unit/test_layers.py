@@ -179,6 +179,7 @@ NOT_FORMAT_NAMES = {   # module -> (the names it may write, what they name there
     "navigator.deps": (("aoti", "onnx", "openvino", "tensorrt", "tensorrt_rtx", "torch", "torch_tensorrt"),
                        "pip distributions and import names"),
     "navigator.execution.forkserver": (("onnx", "torch"), "modules the fork server imports"),
+    "navigator.execution.compile_cache": (("torch",), "the torch distribution whose version keys the Inductor seed"),
     "navigator.execution.forkserver_process": (("torch",), "the torch module in sys.modules"),
     "navigator.tools.gate.policy": (("onnx", "openvino", "tensorrt", "torch"),
                                     "the packages a throughput fingerprint records"),
