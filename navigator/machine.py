@@ -3,6 +3,7 @@ facts that configuration defaults and the scheduler both need."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 GIB = 1 << 30
@@ -110,3 +111,11 @@ def _our_seconds() -> float:
         total += times.get(pid, 0.0)
         stack.extend(children.get(pid, ()))
     return total
+
+
+def affinity_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

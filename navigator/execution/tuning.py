@@ -13,7 +13,6 @@ Triton config, ``reproduce.sh`` and ``runner()`` read them from there."""
 from __future__ import annotations
 
 import logging
-import os
 import time
 
 from navigator.execution import racing
@@ -33,10 +32,9 @@ TUNE_WINDOW_S = REWARM_TUNE_S = 0.02
 
 def cpus() -> int:
     """The cores this process may run on (its affinity), as a thread count means them."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    from navigator.machine import affinity_cores
+
+    return affinity_cores()
 
 
 def candidates(spec: RunnerTask) -> list[dict]:

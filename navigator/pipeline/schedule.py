@@ -32,6 +32,7 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
+from navigator.machine import affinity_cores  # noqa: F401  (re-exported: run.py reads schedule.affinity_cores)
 from navigator.pipeline.context import CallerCalls, RunContext
 
 log = logging.getLogger(__name__)
@@ -39,14 +40,6 @@ log = logging.getLogger(__name__)
 GIB = 1 << 30
 MIN_JOB_BYTES = 2 * GIB     # a conversion's floor: an interpreter with torch or onnxruntime and its graph
 MODEL_FACTOR = 6            # a conversion holds the model a few times over (source, graph, output, copies)
-
-
-def affinity_cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def cores() -> int:
