@@ -5,14 +5,18 @@ folder by default: a worker killed mid-write (a 0-byte .so) would break every la
 it. So each run gets folders of its own in a temp folder removed at its end (left-overs of runs that
 died are removed at the next start); a variable the user set is kept (:func:`run_caches`).
 
-A private cache starts empty, so every run paid Inductor's first-compile costs again: about 8 s of
-the 12-14 s a small module took on 2 cores is compiling the programs that probe which vector
-instructions the CPU runs (AVX512, AVX2 ...), not the module's kernels. The **seed** keeps what one
-run compiled, per machine and toolchain (``${NAVIGATOR_CACHE:-~/.cache/navigator}/inductor-seed/<key>``):
-a later run's private cache starts as a copy of it, and Inductor finds the probes there by their
-hashes. A run publishes its cache as the seed only when none exists yet and every compiled library
-in it is whole (non-empty, an ELF file), through a folder renamed into place: a seed is never
-half-written. The key covers what a compiled program depends on beyond the hashes Inductor computes
+A private cache starts empty, so every run paid Inductor's compile costs again: about 8 s of the
+12-14 s a small module took on 2 cores is compiling the programs that probe which vector
+instructions the CPU runs (AVX512, AVX2 ...), the rest the module's own kernels, compiled again on
+every run of the same model. The **seed** keeps what runs compiled, per machine and toolchain
+(``${NAVIGATOR_CACHE:-~/.cache/navigator}/inductor-seed/<key>``): a later run's private cache starts
+as a copy of it, and Inductor finds the probes and the graphs it compiled before by their hashes
+(its own keys: the graph, the inputs' shapes and dtypes, its config), as its default shared folder
+would let it. A run adds to the seed only when it ended and every compiled library in its cache is
+whole (non-empty, an ELF file); each file goes in under a temp name renamed into place, libraries
+and code before the graph entries that name them, and none already there is replaced; a seed of
+:data:`SEED_MAX_MB` MiB or more (``NAVIGATOR_INDUCTOR_SEED_MB``; 0 keeps no graphs) takes the CPU
+probes only. The key covers what a compiled program depends on beyond the hashes Inductor computes
 itself: the CPU (its model and flags: a shared home folder may serve other machines), torch and
 Python.
 """
@@ -32,7 +36,9 @@ log = logging.getLogger(__name__)
 
 CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 PREFIX = "navigator-compile-cache-"
-SEED_SKIP = ("fxgraph", "aotautograd", "locks")   # a model's own graphs, and lock files: not for other runs
+SKIP = ("locks",)                       # lock files: the run's own
+GRAPHS = ("fxgraph", "aotautograd")     # a model's compiled graphs, which name the code and libraries beside them
+SEED_MAX_MB = 256
 
 
 def seed_root() -> Path:
@@ -78,8 +84,16 @@ def _whole(folder: Path) -> bool:
     return True
 
 
-def _ignore(directory: str, names: list[str]) -> list[str]:
-    return [n for n in names if n in SEED_SKIP or n.endswith((".lock", ".tmp"))]
+def _skipped(name: str) -> bool:
+    return name in SKIP or name.endswith((".lock", ".tmp"))
+
+
+def _kept(path: Path, root: Path) -> bool:
+    return not any(_skipped(part) for part in path.relative_to(root).parts)
+
+
+def _size_mb(folder: Path) -> float:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20
 
 
 def seed_into(inductor_dir: Path) -> bool:
@@ -89,34 +103,57 @@ def seed_into(inductor_dir: Path) -> bool:
     if seed is None or not seed.is_dir():
         return False
     try:
-        shutil.copytree(seed, inductor_dir, dirs_exist_ok=True)
-    except OSError as e:
-        log.warning("inductor seed %s not copied: %s", seed, e)
+        shutil.copytree(seed, inductor_dir, dirs_exist_ok=True,
+                        ignore=lambda _, names: [n for n in names if _skipped(n)])
+    except OSError as e:    # a file another run put in meanwhile may be missing: Inductor compiles it again
+        log.warning("inductor seed %s not copied whole: %s", seed, str(e)[:300])
         return False
     return True
 
 
-def publish(inductor_dir: Path) -> bool:
-    """Make a run's Inductor cache this machine's seed, when there is none yet and it is whole."""
+def publish(inductor_dir: Path) -> int:
+    """Add what a run compiled to this machine's seed, when every library in its cache is whole;
+    the number of files added."""
     key = seed_key()
     if key is None or not inductor_dir.is_dir() or not any(inductor_dir.rglob("*.so")):
-        return False
+        return 0
+    if not _whole(inductor_dir):
+        return 0
     seed = seed_root() / key
-    if seed.exists() or not _whole(inductor_dir):
-        return False
     try:
-        seed.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{key}-{os.getpid()}-", dir=seed.parent))
-        shutil.copytree(inductor_dir, staging / "seed", ignore=_ignore)
-        os.replace(staging / "seed", seed)          # a seed published meanwhile by another run stays
+        limit = float(os.environ.get("NAVIGATOR_INDUCTOR_SEED_MB") or SEED_MAX_MB)
+    except ValueError:
+        log.warning("NAVIGATOR_INDUCTOR_SEED_MB is not a number: %d MiB", SEED_MAX_MB)
+        limit = SEED_MAX_MB
+    graphs = limit > 0 and (not seed.is_dir() or _size_mb(seed) < limit)
+    files = [f for f in inductor_dir.rglob("*") if f.is_file() and _kept(f, inductor_dir)]
+    if not graphs:
+        files = [f for f in files if not set(f.relative_to(inductor_dir).parts) & set(GRAPHS)]
+        log.info("inductor seed %s: no graphs added (NAVIGATOR_INDUCTOR_SEED_MB %g)", seed, limit)
+    # a graph entry names code and libraries: those go in first, so a seed never holds one without them
+    files.sort(key=lambda f: bool(set(f.relative_to(inductor_dir).parts) & set(GRAPHS)))
+    added = 0
+    try:
+        for f in files:
+            target = seed / f.relative_to(inductor_dir)
+            if target.exists():
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}-", suffix=".tmp", dir=target.parent)
+            os.close(fd)
+            try:
+                shutil.copy2(f, tmp)
+                os.replace(tmp, target)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+            added += 1
     except OSError as e:
-        log.info("inductor seed not published: %s", e)
-        return False
-    finally:
-        with contextlib.suppress(NameError):
-            shutil.rmtree(staging, ignore_errors=True)
-    log.info("inductor seed published: %s", seed)
-    return True
+        log.info("inductor seed %s: %d files added, then %s", seed, added, str(e)[:300])
+        return added
+    if added:
+        log.info("inductor seed %s: %d files added", seed, added)
+    return added
 
 
 @contextlib.contextmanager

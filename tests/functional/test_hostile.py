@@ -6,6 +6,7 @@ left half-written, nothing hangs."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -485,8 +486,9 @@ def escape():
 def test_compiler_caches_are_private_to_the_run(cli, tmp_path):
     """torch.compile's cache is a temp folder of the run's own (a worker killed while it links leaves
     a 0-byte .so there, never in the shared folder later runs read); it is removed at the end, and so
-    are left-overs of runs that died. The first run that compiled publishes its cache as this
-    machine's seed (no model's graphs in it); the next run's private cache starts from it."""
+    are left-overs of runs that died. The first run that compiled publishes its cache, graphs
+    included, as this machine's seed; the next run's private cache starts from it, and reads the
+    model's graph back."""
     import tempfile
 
     seen = tmp_path / "seen.txt"
@@ -524,10 +526,12 @@ def net():
     assert not list(temp.glob("navigator-compile-cache-*")), "the run's cache (or a dead run's) is left"
     assert tempfile.gettempdir() != str(temp)
     seeds = list((tmp_path / "navcache" / "inductor-seed").iterdir())
-    assert len(seeds) == 1 and list(seeds[0].rglob("*.so")) and not (seeds[0] / "fxgraph").exists()
+    assert len(seeds) == 1 and list(seeds[0].rglob("*.so")) and list((seeds[0] / "fxgraph").iterdir())
     seen.unlink()
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     second = [line.split() for line in seen.read_text().splitlines() if line]
     assert second and int(second[0][1]) > 0, second            # started from the seed, before any compile
     assert second[0][0] != first[0][0] and not list(temp.glob("navigator-compile-cache-*"))
+    logs = "".join(f.read_text() for f in workdir.rglob("*.log"))
+    assert re.search(r"inductor graph cache [1-9]\d* hit, 0 miss", logs), logs[-2000:]

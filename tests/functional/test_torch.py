@@ -242,12 +242,14 @@ def test_aoti_and_torch_compile_on_cpu(cli, tmp_path):
     assert aoti["parent"] == "torch_export" and aoti["convert"]["exporter"] == "aoti (cpu)"
     assert aoti["runners"]["aoti-cpu"]["verify"]["status"] == "ok"
     compiled = st["formats"]["torch"]["runners"]["torch_compile-cpu"]
-    assert compiled["verify"]["status"] == "ok" and compiled["verify"]["load_s"] > 1.0
+    assert compiled["verify"]["status"] == "ok" and compiled["verify"]["load_s"] > 0
     assert compiled["profile"]["status"] == "ok"
-    # compiled once per run: its verification compiled the graphs, the race read them back from the run's cache
+    # compiled once per run: its verification compiled the graphs (or read them from the machine's seed,
+    # where an earlier test put them), the race read them back from the run's cache
     ws = tmp_path / "wd" / "cnn.nav.workspace"
     verify_log = (ws / compiled["verify"]["log"]).read_text()
-    assert re.search(r"torch_compile: inductor graph cache \d+ hit, [1-9]\d* miss", verify_log), verify_log[-2000:]
+    found = re.search(r"torch_compile: inductor graph cache (\d+) hit, (\d+) miss", verify_log)
+    assert found and int(found[1]) + int(found[2]) > 0, verify_log[-2000:]
     race = [line for line in (ws / "jobs" / "race.log").read_text().splitlines()
             if "on torch_compile-cpu loaded in" in line]
     assert race and all(re.search(r"\(inductor graph cache: [1-9]\d* hit, 0 miss\)", line) for line in race), race

@@ -1,5 +1,6 @@
-"""navigator.execution.compile_cache: the seed of a run's Inductor cache is whole or not published,
-never overwritten, and keeps no model's graphs. Real ELF libraries (numpy's) stand for compiled ones."""
+"""navigator.execution.compile_cache: a run adds to its machine's Inductor seed only when every library
+in its cache is whole, never replaces a file there, and adds no graphs once the seed is full. Real ELF
+libraries (numpy's) stand for compiled ones."""
 
 from __future__ import annotations
 
@@ -27,15 +28,30 @@ def cache(tmp_path, monkeypatch):
     return run
 
 
-def test_a_whole_cache_is_published_once_without_graphs_and_seeds_the_next_run(cache, tmp_path):
-    assert compile_cache.publish(cache)
+def test_a_whole_cache_seeds_the_next_run_and_later_runs_add_to_it(cache, tmp_path):
+    assert compile_cache.publish(cache) == 2
     seed = compile_cache.seed_root() / compile_cache.seed_key()
     assert (seed / "ab" / "probe.so").read_bytes() == (cache / "ab" / "probe.so").read_bytes()
-    assert not (seed / "fxgraph").exists()
-    (cache / "ab" / "probe.so").write_bytes(b"")       # a later run's cache never replaces a seed
-    assert not compile_cache.publish(cache) and (seed / "ab" / "probe.so").stat().st_size > 0
+    assert (seed / "fxgraph" / "xy" / "graph").read_text() == "a model's graph"
     fresh = tmp_path / "next" / "torchinductor"
-    assert compile_cache.seed_into(fresh) and (fresh / "ab" / "probe.so").is_file()
+    assert compile_cache.seed_into(fresh) and (fresh / "fxgraph" / "xy" / "graph").is_file()
+    # the next run compiled another graph, and holds another copy of a file the seed has
+    (fresh / "fxgraph" / "zz").mkdir()
+    (fresh / "fxgraph" / "zz" / "graph").write_text("another model's graph")
+    (fresh / "fxgraph" / "xy" / "graph").write_text("changed")
+    (fresh / "locks").mkdir()
+    (fresh / "locks" / "x.lock").write_text("")
+    assert compile_cache.publish(fresh) == 1
+    assert (seed / "fxgraph" / "zz" / "graph").read_text() == "another model's graph"
+    assert (seed / "fxgraph" / "xy" / "graph").read_text() == "a model's graph"
+    assert not (seed / "locks").exists() and not list(seed.rglob("*.tmp"))
+
+
+def test_a_full_seed_takes_no_more_graphs(cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("NAVIGATOR_INDUCTOR_SEED_MB", "0")
+    assert compile_cache.publish(cache) == 1
+    seed = compile_cache.seed_root() / compile_cache.seed_key()
+    assert (seed / "ab" / "probe.so").is_file() and not (seed / "fxgraph").exists()
 
 
 @pytest.mark.parametrize("cut", ["empty", "half", "not elf"])
