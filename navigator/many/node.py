@@ -93,6 +93,7 @@ class StopWatch:
         self._armed = False
         self._lock = threading.Lock()
         self._done = threading.Event()
+        self._previous: list = []   # the SIGINT disposition arm() replaced, if it did
 
     def stopped(self) -> bool:
         return bool(self.path) and os.path.exists(self.path)
@@ -101,6 +102,14 @@ class StopWatch:
         # a KeyboardInterrupt lands in the main thread only: elsewhere the driver's kill stops the task
         if not self.path or threading.current_thread() is not threading.main_thread():
             return
+        import signal
+
+        # interrupt_main does nothing where SIGINT is ignored (a process started in the background
+        # inherits SIG_IGN): Python's own handler while armed, the previous one back at disarm
+        handler = signal.getsignal(signal.SIGINT)
+        if not callable(handler):
+            self._previous = [handler if handler is not None else signal.SIG_DFL]
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         self._armed = True
         threading.Thread(target=self._watch, name="navigator-stop-watch", daemon=True).start()
 
@@ -120,6 +129,10 @@ class StopWatch:
             self._armed = False
         self._done.set()
         _checkpoint()
+        if self._previous:
+            import signal
+
+            signal.signal(signal.SIGINT, self._previous.pop())
 
 
 def _checkpoint() -> None:

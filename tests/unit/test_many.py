@@ -266,26 +266,35 @@ def test_a_long_task_gets_a_progress_line_every_15_s():
 
 def test_the_stop_file_interrupts_the_main_thread_once_and_never_after_disarm(tmp_path):
     """The Ctrl-C path of convert-many on Ray (node.StopWatch): the stop file raises KeyboardInterrupt
-    in the main thread; a phase that starts after it does not run; a disarmed watch never fires."""
+    in the main thread; a phase that starts after it does not run; a disarmed watch never fires. SIGINT
+    is ignored here as in a process a shell started in the background: the watch fires all the same,
+    and puts the disposition back."""
+    import signal
     import time
 
     from navigator.many.node import StopWatch, run_phase
 
-    stop = tmp_path / "run.stop"
-    quiet = StopWatch(str(stop))
-    quiet.arm()
-    quiet.disarm()
-    watch = StopWatch(str(stop))
-    watch.arm()
-    stop.write_text("x")
-    with pytest.raises(KeyboardInterrupt):
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            time.sleep(0.01)
-    watch.disarm()
-    assert watch.fired and not quiet.fired
-    time.sleep(2 * StopWatch.POLL_S)        # nothing pending after disarm
-    request = {"name": "m", "phase": "full", "attempt": 1, "workdir": str(tmp_path), "stop": str(stop)}
-    out = run_phase(request)
-    assert (out["status"], out["exit_code"], out["message"]) == ("interrupted", 130, "interrupted before it started")
-    assert not (tmp_path / "m.nav.workspace").exists()
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        stop = tmp_path / "run.stop"
+        quiet = StopWatch(str(stop))
+        quiet.arm()
+        quiet.disarm()
+        watch = StopWatch(str(stop))
+        watch.arm()
+        stop.write_text("x")
+        with pytest.raises(KeyboardInterrupt):
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                time.sleep(0.01)
+        watch.disarm()
+        assert watch.fired and not quiet.fired
+        time.sleep(2 * StopWatch.POLL_S)        # nothing pending after disarm
+        request = {"name": "m", "phase": "full", "attempt": 1, "workdir": str(tmp_path), "stop": str(stop)}
+        out = run_phase(request)
+        assert (out["status"], out["exit_code"]) == ("interrupted", 130)
+        assert out["message"] == "interrupted before it started"
+        assert not (tmp_path / "m.nav.workspace").exists()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
