@@ -2,7 +2,7 @@
 
     python benchmarks/vs_model_navigator.py [--models cnn,transformer,onnx] [--rounds 1]
         [--mn-venv ~/.cache/navigator-bench/mn014] [--out benchmarks/results/vs_model_navigator_cpu.md]
-        [--tools mn,nav,mn-fair,nav-seq,nav-eq] [--no-oracle]
+        [--tools mn,nav,mn-fair,nav-seq,nav-eq] [--no-oracle] [--caches as-is|cold|warm]
 
 Model Navigator 0.14 (`triton-model-navigator==0.14.0`) is installed into a venv of its
 own outside the repository (reused when present): the wheel with `--no-deps`, then its
@@ -50,6 +50,9 @@ not traced: under strace, even with a seccomp filter that stops on execve only, 
 inference in Navigator's workers ran 2-3x slower with window spreads up to 1.5 (onnxruntime
 did not), which distorted both the wall times and the profiles every pick is made from.
 Wall time is the tool process's; CPU time is the process tree's user + system time.
+``--caches`` sets both tools' torch.compile caches alike (:data:`CACHES`): as earlier runs left them,
+empty for every run (a first conversion), or kept across the benchmark's runs after one untimed run
+per tool and model (a second conversion).
 The ratio is Navigator / mn-fair per model, on the medians over rounds, on the minima
 (the least disturbed runs when other jobs share the machine) and on CPU time.
 """
@@ -453,9 +456,11 @@ def count_execs(trace: Path) -> dict:
     return {"total": len(programs), "python": python, "other": len(programs) - python}
 
 
-def run_tool(tool: str, model: str, python_by_tool: dict, scripts: dict, tmp: Path, *, trace: bool = False) -> dict:
+def run_tool(tool: str, model: str, python_by_tool: dict, scripts: dict, tmp: Path, *, trace: bool = False,
+             caches: str = "as-is") -> dict:
     """One run of ``tool`` on ``model``. ``trace``: under strace, to count its process starts
-    only -- its wall time, CPU time and throughputs are not the tool's (see the docstring)."""
+    only -- its wall time, CPU time and throughputs are not the tool's (see the docstring).
+    ``caches``: the tools' compiler caches (:data:`CACHES`)."""
     kind, spec, _ = MODELS[model]
     ws = tmp / f"{model}-{tool}-{'count-' if trace else ''}{time.monotonic_ns()}"
     ws.mkdir()
@@ -471,6 +476,7 @@ def run_tool(tool: str, model: str, python_by_tool: dict, scripts: dict, tmp: Pa
         env["NAVBENCH_EQUAL_WINDOWS"] = "1"
         env["PYTHONPATH"] = os.pathsep.join([str(scripts["eq"])] + [p for p in [env.get("PYTHONPATH")] if p])
     kind_ = "nav" if tool.startswith("nav") else "mn"
+    cache_env(env, kind_, caches, tmp, ws)
     python = python_by_tool[kind_]
     trace_file = ws / "execve.trace"
     cmd = [python, scripts[kind_], json.dumps(args)]
@@ -493,6 +499,29 @@ def run_tool(tool: str, model: str, python_by_tool: dict, scripts: dict, tmp: Pa
                    log=str(ws / "tool.log"), load=load, load_after=loadavg(),
                    timings=json.loads(timings.group(1)) if timings else {})
     return summary
+
+
+CACHES = {
+    "as-is": "each tool's own compiler cache as earlier runs on the machine left it (Model Navigator: Inductor's "
+             "default folder in the temp folder; Navigator: its seed under ~/.cache/navigator)",
+    "cold": "a fresh, empty compiler cache for every run of either tool (a model's first conversion on a new "
+            "machine)",
+    "warm": "each tool's compiler cache kept across this benchmark's runs, from one untimed run of each tool per "
+            "model before the timed ones (a model's second conversion on a machine)",
+}
+
+
+def cache_env(env: dict, kind: str, caches: str, tmp: Path, ws: Path) -> None:
+    """Point a tool's torch.compile cache where ``caches`` says (Navigator keeps its runs' caches
+    private and starts them from its seed, so it is moved through NAVIGATOR_CACHE)."""
+    if caches == "as-is":
+        return
+    folder = (ws if caches == "cold" else tmp) / f"{kind}-compile-cache"
+    if kind == "nav":
+        env["NAVIGATOR_CACHE"] = str(folder)
+        env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    else:
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
 
 
 def loadavg() -> float | None:
@@ -820,6 +849,8 @@ def main() -> None:
     parser.add_argument("--no-oracle", action="store_true", help="skip the pick-accuracy measurement")
     parser.add_argument("--no-count-starts", action="store_true",
                         help="skip the extra run under strace that counts each tool's process starts")
+    parser.add_argument("--caches", choices=sorted(CACHES), default="as-is",
+                        help="the tools' torch.compile caches: " + "; ".join(f"{k}: {v}" for k, v in CACHES.items()))
     args = parser.parse_args()
 
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -843,13 +874,18 @@ def main() -> None:
     counted: dict = {}
     try:
         for model in models:
+            if args.caches == "warm":
+                for tool in {t for t in TOOLS if t in wanted}:
+                    r = run_tool(tool, model, pythons, scripts, tmp, caches="warm")
+                    print(f"{model:<12} {tool:<8} {r['wall_s']:7.1f} s  (untimed: warms its cache)", flush=True)
             for _ in range(args.rounds):
                 for tool in TOOLS:
                     if tool not in wanted:
                         continue
-                    r = run_tool(tool, model, pythons, scripts, tmp)
+                    r = run_tool(tool, model, pythons, scripts, tmp, caches=args.caches)
                     if counts and (model, tool) not in counted:   # one run under strace for the process starts
-                        counted[(model, tool)] = run_tool(tool, model, pythons, scripts, tmp, trace=True)["execs"]
+                        counted[(model, tool)] = run_tool(tool, model, pythons, scripts, tmp, trace=True,
+                                                          caches=args.caches)["execs"]
                     r["execs"] = counted.get((model, tool), r["execs"])
                     rows.append(r)
                     best = r["best"]
@@ -881,8 +917,9 @@ def main() -> None:
     nav_v = _versions(Path(sys.executable), ["navigator", "torch", "onnx", "onnxruntime", "numpy", "polygraphy"])
     mn_v = _versions(mn_python, ["triton-model-navigator", "torch", "onnx", "onnxruntime", "numpy", "polygraphy"])
     text = ["# Navigator vs Triton Model Navigator 0.14 on a CPU", "",
-            f"Written by `benchmarks/vs_model_navigator.py --models {','.join(models)} --rounds {args.rounds}` "
-            f"on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
+            f"Written by `benchmarks/vs_model_navigator.py --models {','.join(models)} --rounds {args.rounds} "
+            f"--caches {args.caches}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
+            f"Compiler caches ({args.caches}): {CACHES[args.caches]}.", "",
             f"Machine: {mach['cpu']}, {mach['cores']} cores, {mach['ram_gib']:.1f} GiB RAM, Python {mach['python']}, "
             f"{mach['os']}, no GPU.", "",
             "Versions: Navigator venv " + ", ".join(f"{k} {v}" for k, v in nav_v.items()) + "; Model Navigator venv "
