@@ -120,10 +120,11 @@ def publish(inductor_dir: Path) -> int:
     if not _whole(inductor_dir):
         return 0
     seed = seed_root() / key
+    said = os.environ.get("NAVIGATOR_INDUCTOR_SEED_MB")
     try:
-        limit = float(os.environ.get("NAVIGATOR_INDUCTOR_SEED_MB") or SEED_MAX_MB)
+        limit = float(said or SEED_MAX_MB)
     except ValueError:
-        log.warning("NAVIGATOR_INDUCTOR_SEED_MB is not a number: %d MiB", SEED_MAX_MB)
+        log.warning("NAVIGATOR_INDUCTOR_SEED_MB=%r is not a number: the seed's limit is %d MiB", said, SEED_MAX_MB)
         limit = SEED_MAX_MB
     graphs = limit > 0 and (not seed.is_dir() or _size_mb(seed) < limit)
     files = [f for f in inductor_dir.rglob("*") if f.is_file() and _kept(f, inductor_dir)]
