@@ -88,8 +88,8 @@ def _skipped(name: str) -> bool:
     return name in SKIP or name.endswith((".lock", ".tmp"))
 
 
-def _kept(path: Path, root: Path) -> bool:
-    return not any(_skipped(part) for part in path.relative_to(root).parts)
+def _graph(rel: Path) -> bool:
+    return any(part in GRAPHS for part in rel.parts)
 
 
 def _size_mb(folder: Path) -> float:
@@ -127,23 +127,24 @@ def publish(inductor_dir: Path) -> int:
         log.warning("NAVIGATOR_INDUCTOR_SEED_MB=%r is not a number: the seed's limit is %d MiB", said, SEED_MAX_MB)
         limit = SEED_MAX_MB
     graphs = limit > 0 and (not seed.is_dir() or _size_mb(seed) < limit)
-    files = [f for f in inductor_dir.rglob("*") if f.is_file() and _kept(f, inductor_dir)]
+    kept = [f.relative_to(inductor_dir) for f in inductor_dir.rglob("*") if f.is_file()]
+    kept = [rel for rel in kept if not any(_skipped(part) for part in rel.parts)]
     if not graphs:
-        files = [f for f in files if not set(f.relative_to(inductor_dir).parts) & set(GRAPHS)]
+        kept = [rel for rel in kept if not _graph(rel)]
         log.info("inductor seed %s: no graphs added (NAVIGATOR_INDUCTOR_SEED_MB %g)", seed, limit)
     # a graph entry names code and libraries: those go in first, so a seed never holds one without them
-    files.sort(key=lambda f: bool(set(f.relative_to(inductor_dir).parts) & set(GRAPHS)))
+    kept.sort(key=_graph)
     added = 0
     try:
-        for f in files:
-            target = seed / f.relative_to(inductor_dir)
+        for rel in kept:
+            target = seed / rel
             if target.exists():
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{target.name}-", suffix=".tmp", dir=target.parent)
             os.close(fd)
             try:
-                shutil.copy2(f, tmp)
+                shutil.copy2(inductor_dir / rel, tmp)
                 os.replace(tmp, target)
             finally:
                 with contextlib.suppress(FileNotFoundError):

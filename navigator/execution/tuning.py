@@ -17,6 +17,7 @@ import time
 
 from navigator.execution import racing
 from navigator.execution.jobs import RunnerTask
+from navigator.machine import affinity_cores as cpus   # the cores a thread count means (this process's affinity)
 
 log = logging.getLogger("navigator.worker")
 
@@ -28,13 +29,6 @@ FAR_BEHIND = 0.5
 # the tuning's windows, shorter than the race's: its entrants are one artifact under other settings,
 # whose gaps run 1.2-2.8x (benchmarks/results/options_oracle_cpu.md); 10 inferences at least, as any window
 TUNE_WINDOW_S = REWARM_TUNE_S = 0.02
-
-
-def cpus() -> int:
-    """The cores this process may run on (its affinity), as a thread count means them."""
-    from navigator.machine import affinity_cores
-
-    return affinity_cores()
 
 
 def candidates(spec: RunnerTask) -> list[dict]:

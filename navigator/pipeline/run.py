@@ -16,7 +16,7 @@ from navigator import formats
 from navigator.config import NavigatorConfig
 from navigator.errors import Interrupted, NavigatorError, Terminated, UserInputError
 from navigator.execution.worker import DISK_FULL_ERRNOS
-from navigator.machine import CpuUse
+from navigator.machine import CpuUse, affinity_cores
 from navigator.pipeline import outcome as outcome_mod
 from navigator.pipeline import schedule
 from navigator.pipeline.context import RunBook, RunContext
@@ -204,7 +204,7 @@ def _run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_
                                               no_race=config.no_race, size_bytes=schedule.model_bytes(source.path),
                                               busy_cores=busy)
             log.info("up to %d format workers at once (--jobs%s)", ctx.par.jobs, "" if busy is None else
-                     f"; other processes kept {busy:.1f} of {schedule.affinity_cores()} cores busy")
+                     f"; other processes kept {busy:.1f} of {affinity_cores()} cores busy")
             if server is not None:
                 log.info("warm workers: each worker is a fork of the fork server %s, which imports %s "
                          "(--no-warm-workers: fresh interpreters)", server.pid, ", ".join(server.preload))

@@ -32,7 +32,7 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from navigator.machine import affinity_cores  # noqa: F401  (re-exported: run.py reads schedule.affinity_cores)
+from navigator.machine import affinity_cores
 from navigator.pipeline.context import CallerCalls, RunContext
 
 log = logging.getLogger(__name__)
