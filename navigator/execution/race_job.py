@@ -333,10 +333,10 @@ def _run_race(ws, events, chosen: list, budget_s: float, settings: dict) -> dict
 def _best_pick(entries: list, records: dict, not_best: set):
     """The (format, runner) best will pick from these figures: the highest peak (a raced figure
     first, as ProfileStep.peak) among those of a format a server runs as verified; None without one."""
+    from navigator.workspace.status import peak_of
+
     def peak(record: dict) -> float:
-        results = record.get("results") or []
-        raced = [r["throughput"] for r in results if r.get("raced")]
-        return raced[0] if raced else max((r["throughput"] for r in results), default=0.0)
+        return peak_of(record["results"], lambda r: r.get("raced"), lambda r: r["throughput"])["throughput"]
 
     eligible = [e for e in entries if e.name in records and e.key not in not_best and records[e.name].get("results")]
     return max(eligible, key=lambda e: peak(records[e.name]), default=None)

@@ -127,11 +127,15 @@ def tune(ws, task, spec: RunnerTask, infer, feed_at, batch_size: int, figure: tu
             record["options"] = cand
             record["reason"] = f"{winner} separated from the defaults after {result.rounds} interleaved rounds"
             won = result.entrants[winner]
+            base = result.entrants[DEFAULTS].figure()[0]
+            gain = won.figure()[0] / base if base > 0 else 1.0
             if max_batch is not None:
-                won, why = climb(runner.profiling_infer()[0], won, feed_at, max_batch, budget_s, window)
+                won, why, moved = climb(runner.profiling_infer()[0], won, feed_at, max_batch, budget_s, window)
+                gain *= moved
                 if why:
                     record["reason"] += f"; {why}"
             record["figure"] = _figure(won)
+            record["gain"] = round(gain, 4)
     finally:
         runner.deactivate()
     record["duration_s"] = round(time.perf_counter() - start, 4)
@@ -150,8 +154,9 @@ def _figure(ent: racing.Entrant) -> dict:
 def climb(infer, here: racing.Entrant, feed_at, max_batch: int, budget_s: float, window) -> tuple:
     """New options move a runner's best batch size (one thread per call favours larger batches):
     race ``here`` against its doubling neighbours, and move while a neighbour is separated from it.
-    Returns the entrant at the batch size found and what moved it (None: it stayed)."""
-    start_size, tried = here.batch_size, {here.batch_size}
+    Returns the entrant at the batch size found, what moved it (None: it stayed) and the gain of the
+    moves (the product of each move's interleaved ratio; 1.0: it stayed)."""
+    start_size, tried, gain = here.batch_size, {here.batch_size}, 1.0
     feeds = {here.batch_size: feed_at(here.batch_size)}
     while True:
         sizes = [s for s in (here.batch_size // 2, here.batch_size * 2) if 1 <= s <= max_batch and s not in tried]
@@ -172,10 +177,12 @@ def climb(infer, here: racing.Entrant, feed_at, max_batch: int, budget_s: float,
         if not result.settled or result.leader == held.name:
             here = held if len(held.windows) >= racing.RACE_MIN_WINDOWS else here
             break
+        held_thr = held.figure()[0]
+        gain *= result.entrants[result.leader].figure()[0] / held_thr if held_thr > 0 else 1.0
         here = result.entrants[result.leader]
     if here.batch_size == start_size:
-        return here, None
-    return here, f"its best batch size moved from {start_size} to {here.batch_size} with them"
+        return here, None, 1.0
+    return here, f"its best batch size moved from {start_size} to {here.batch_size} with them", gain
 
 def tune_profile(ws, task, spec: RunnerTask, infer, record: dict, budget_s: float, settings: dict,
                  io_names: dict | None = None) -> dict | None:
@@ -191,8 +198,7 @@ def tune_profile(ws, task, spec: RunnerTask, infer, record: dict, budget_s: floa
     results = record.get("results") or []
     if task.verify is None or task.verify.sequence or not results or not candidates(spec):
         return None
-    raced = [r for r in results if r.get("raced")]
-    peak = raced[0] if raced else max(results, key=lambda r: r["throughput"])
+    peak = _peak(results)
     size = peak["batch_size"]
     try:
         sample = stored_sample(ws, names)
@@ -220,15 +226,34 @@ def tune_profile(ws, task, spec: RunnerTask, infer, record: dict, budget_s: floa
     if found is None:
         return None
     log.info("tuning %s of %s: %s", spec.key, task.key, found.get("reason"))
-    out = dict(record) | {"tuning": {k: v for k, v in found.items() if k not in ("options", "figure")}}
+    return merged(record, found)
+
+
+def _peak(results: list[dict]) -> dict:
+    from navigator.workspace.status import peak_of
+
+    return peak_of(results, lambda r: r.get("raced"), lambda r: r["throughput"])
+
+
+def merged(record: dict, found: dict) -> dict:
+    """``record`` (a profile's) with the tuning's record ``found``: its options and its figure at
+    the peak's place when it kept some. A raced peak's new figure is the raced one times the gain
+    the tuning measured interleaved with the defaults, so that it stays comparable with the other
+    contenders' raced figures (the tuning's own windows ran at another moment: under load, a
+    figure from then fell below the runner-up's and best picked a pair the race had beaten)."""
+    results = record["results"]
+    peak = _peak(results)
+    out = dict(record) | {"tuning": {k: v for k, v in found.items() if k not in ("options", "figure", "gain")}}
     if found.get("options"):
         out["options"] = found["options"]
-        fig = dict(found["figure"], io=peak.get("io"), **({"raced": True} if peak.get("raced") else {}))
+        fig = dict(found["figure"], io=peak.get("io"))
+        said = f"runtime options {label(found['options'])} kept ({found['gain']:.2f}x its defaults, interleaved)"
+        if peak.get("raced"):
+            fig |= {"throughput": round(peak["throughput"] * found["gain"], 3), "raced": True}
+            said += (f"; its figure is the raced {peak['throughput']:,.0f}/s times that gain "
+                     f"({found['figure']['throughput']:,.0f}/s measured at the tuning's moment)")
         kept = [{k: v for k, v in r.items() if k != "raced"} for r in results if r["batch_size"] != fig["batch_size"]]
         out["results"] = sorted(kept + [fig], key=lambda r: r["batch_size"])
-        base = (found.get("defaults") or {}).get("throughput") or 0.0
-        gain = f" ({found['figure']['throughput'] / base:.2f}x its defaults)" if base > 0 else ""
-        said = f"runtime options {label(found['options'])} kept{gain}"
         out["reason"] = f"{record['reason']}; {said}" if record.get("reason") else said
     return out
 

@@ -115,6 +115,7 @@ def test_a_faster_candidate_is_kept_once_verified(raced):
     assert all(not r.is_active for r in loaded)          # every candidate's runner was let go
     assert record["defaults"]["out"].startswith("separated from")
     assert "batch size moved" not in record["reason"] and record["figure"]["batch_size"] == 2
+    assert record["gain"] == pytest.approx(2.0)          # 1 ms a batch against the defaults' 2 ms
 
 
 def test_kept_options_move_the_batch_size_where_they_are_fastest(raced):
@@ -126,6 +127,7 @@ def test_kept_options_move_the_batch_size_where_they_are_fastest(raced):
     assert record["options"] and record["figure"]["batch_size"] == 8
     assert record["figure"]["throughput"] == pytest.approx(8000.0)
     assert "its best batch size moved from 2 to 8 with them" in record["reason"]
+    assert record["gain"] == pytest.approx(8.0)          # 2x the defaults at batch 2, then 4x by the climb
 
 
 def test_a_faster_candidate_that_cannot_be_shown_right_is_not_kept(raced):

@@ -402,3 +402,30 @@ def test_the_pair_tuned_is_the_one_best_picks():
     assert _best_pick(entries, records, set()).key == "openvino"
     assert _best_pick(entries, records, {"openvino"}).key == "onnx-optimized"   # 92 screened > 90 raced
     assert _best_pick(entries, {}, set()) is None
+
+
+def test_kept_options_keep_a_raced_peak_comparable_with_the_race():
+    """The tuning's windows run after the race, at another moment: under load its own figure for the
+    kept options (800/s) fell below the runner-up's raced one (1,100/s) and best picked the pair the
+    race had beaten. The kept options' figure is the raced one times the gain measured against the
+    defaults in the same interleaved rounds; a peak that was not raced keeps the measured figure."""
+    from navigator.execution.tuning import merged
+
+    found = {"options": {"intra_op_num_threads": 1}, "gain": 1.3, "reason": "separated",
+             "figure": {"batch_size": 16, "throughput": 800.0, "spread": 0.02, "latency_ms": {"p50": 20.0}},
+             "defaults": {"throughput": 615.0}}
+    raced = {"reason": "won the race", "results": [
+        {"batch_size": 8, "throughput": 900.0}, {"batch_size": 16, "throughput": 1200.0, "raced": True, "io": "host"}]}
+    out = merged(raced, found)
+    peak = next(r for r in out["results"] if r.get("raced"))
+    assert peak["batch_size"] == 16 and peak["throughput"] == pytest.approx(1560.0)   # ahead of 1,100 again
+    assert peak["latency_ms"] == {"p50": 20.0} and peak["io"] == "host" and out["options"] == found["options"]
+    assert "1.30x its defaults" in out["reason"] and "800/s measured at the tuning's moment" in out["reason"]
+    assert "gain" not in out["tuning"] and "figure" not in out["tuning"]
+
+    alone = merged({"reason": None, "results": [{"batch_size": 16, "throughput": 1200.0}]}, found)
+    assert alone["results"] == [{**found["figure"], "io": None}]
+    assert alone["reason"] == "runtime options intra_op_num_threads=1 kept (1.30x its defaults, interleaved)"
+
+    defaults_stay = merged(raced, {"reason": "the defaults won", "defaults": {"throughput": 1.0}})
+    assert defaults_stay["results"] == raced["results"] and "options" not in defaults_stay
