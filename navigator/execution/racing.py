@@ -18,7 +18,8 @@ turn (one window of each, round after round, so drift of the machine hits all of
 them alike; the order alternates round by round) until the leader is separated from
 every other contender -- each dropped as soon as it is, or as soon as it lost each of the
 last rounds to the leader (:func:`paired_lead`) -- or those left are within
-:data:`RACE_TIE` of each other (a tie), or the budget ends, which the result says. The driver
+:data:`RACE_TIE` of each other (a tie), or the leader is shown to be at most :data:`RACE_NEAR`
+behind each of those left (:func:`near_bound`), or the budget ends, which the result says. The driver
 takes the window function and the clock as arguments: the worker passes real ones,
 the unit tests deterministic ones.
 """
@@ -48,6 +49,11 @@ RACE_TIE_ROUNDS = 6
 # the median round and on the mean, is out (two equal runners: one wins all 5 rounds 1 time in 16; the
 # order alternates, and drift cancels in each round's ratio). Why and what it saved: speed_cpu.md
 RACE_PAIRED = 5
+# the near rule: after RACE_NEAR_ROUNDS rounds, a leader that is at most RACE_NEAR behind each other
+# contender at ~97.5% one-sided confidence (the paired rounds' log ratios: mean less t standard errors)
+# ends the race: more rounds could only swap picks within the 95%-of-the-best that a pick must reach
+RACE_NEAR = 0.05
+RACE_NEAR_ROUNDS = 10
 OUT = "out of the race: "   # a profile's reason for a contender the race dropped (best reads it)
 
 
@@ -155,6 +161,26 @@ def paired_tie(lead: Entrant, other: Entrant) -> bool:
     return 1.0 / (1.0 + RACE_TIE) <= mean <= 1.0 + RACE_TIE
 
 
+def near_bound(lead: Entrant, other: Entrant) -> float | None:
+    """A lower bound (~97.5%, one-sided) on ``lead``'s throughput over ``other``'s, from every
+    round both raced (a paired t bound on the windows' log ratios; drift cancels in each round);
+    None before :data:`RACE_NEAR_ROUNDS` such rounds."""
+    import math
+
+    n = min(len(lead.windows), len(other.windows))
+    if n < RACE_NEAR_ROUNDS or len(lead.windows) != len(other.windows):
+        return None
+    logs = [math.log(a.throughput / b.throughput) for a, b in zip(lead.windows, other.windows)
+            if a.throughput > 0 and b.throughput > 0]
+    if len(logs) < RACE_NEAR_ROUNDS:
+        return None
+    k = len(logs)
+    mean = sum(logs) / k
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (k - 1))
+    t = 1.96 + 2.4 / (k - 1)     # Student's t at 97.5% for k - 1 degrees of freedom, within 0.02 from 10 rounds
+    return math.exp(mean - t * sd / math.sqrt(k))
+
+
 def contenders(screened: list[Entrant]) -> list[Entrant]:
     """The leader by screening throughput and every entrant not separated from it (by
     :data:`CROSS_FLOOR` at least when one was screened by the calling process and the other by
@@ -210,6 +236,12 @@ def race(entrants: list[Entrant], window: Callable[[Entrant], Window], budget_s:
                     or all(paired_tie(lead, e) for e in live if e is not lead)):
                 result.reason = (f"{', '.join(e.name for e in live)} within {RACE_TIE:.0%} of each other after "
                                  f"{result.rounds} interleaved rounds: a tie, more windows would not separate them")
+                return result
+            rest = [e for e in live if e is not lead]
+            if all((b := near_bound(lead, e)) is not None and b >= 1.0 / (1.0 + RACE_NEAR) for e in rest):
+                result.reason = (f"{lead.name} at most {RACE_NEAR:.0%} behind {', '.join(e.name for e in rest)} "
+                                 f"(paired over {result.rounds} interleaved rounds, ~97.5% confidence): "
+                                 "more rounds could only swap picks within 5% of each other")
                 return result
         if clock() > deadline:
             result.reason = (f"the profile budget of {budget_s:g} s ended the race with "

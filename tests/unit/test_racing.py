@@ -235,8 +235,8 @@ def test_the_race_interleaves_windows():
 
 def test_a_budget_that_ends_the_race_says_so():
     entrants = _entrants(("a", 100.0, 0.2), ("b", 99.0, 0.2))
-    # noisy, overlapping: never separated, and 8% apart: no tie either
-    result = race(entrants, _windows({"a": [90.0, 130.0], "b": [92.0, 112.0]}), budget_s=1.0, clock=_clock(0.1))
+    # noisy, overlapping, out of phase: never separated, no tie, and no bound on either's lead
+    result = race(entrants, _windows({"a": [60.0, 140.0], "b": [140.0, 60.0]}), budget_s=1.0, clock=_clock(0.1))
     assert not result.settled and "budget of 1 s ended the race" in result.reason
     assert result.leader in ("a", "b") and entrants[0].out is None and entrants[1].out is None
 
@@ -300,15 +300,34 @@ def test_best_between_two_raced_figures_is_the_races_verdict():
 def test_contenders_within_two_percent_end_the_race_as_a_tie():
     """Two runners 1% apart with 4% window spreads: the range rule never separates them; after
     RACE_TIE_ROUNDS rounds the race ends, unsettled, and says it is a tie. 3% apart it goes on
-    to the budget."""
+    until the near rule ends it (the leader is ahead in the paired rounds)."""
     entrants = _entrants(("a", 100.0, 0.04), ("b", 99.0, 0.04))
     result = race(entrants, _windows({"a": [98.0, 102.0], "b": [97.0, 101.0]}), budget_s=100.0, clock=_clock(0.1))
     assert not result.settled and result.rounds == racing.RACE_TIE_ROUNDS
     assert "within 2% of each other" in result.reason and "a tie" in result.reason
     assert result.leader == "a" and entrants[0].out is None and entrants[1].out is None
     entrants = _entrants(("a", 100.0, 0.04), ("b", 97.0, 0.04))
-    result = race(entrants, _windows({"a": [98.0, 102.0], "b": [99.0, 95.0]}), budget_s=2.0, clock=_clock(0.1))
-    assert not result.settled and "budget of 2 s ended the race" in result.reason
+    result = race(entrants, _windows({"a": [98.0, 102.0], "b": [99.0, 95.0]}), budget_s=100.0, clock=_clock(0.1))
+    assert not result.settled and result.rounds == racing.RACE_NEAR_ROUNDS
+    assert result.reason.startswith("a at most 5% behind b (paired over 10 interleaved rounds")
+
+
+def test_the_near_rule_ends_a_race_only_when_the_leader_is_shown_within_five_percent():
+    """Paired log ratios, mean less t standard errors: a leader 4% ahead ends
+    the race after RACE_NEAR_ROUNDS rounds (ranges that overlap: never separated); the same gap on
+    windows that swing 40% round by round bounds nothing (the race goes on to its budget)."""
+    a, b = _entrants(("a", 104.0, 0.02), ("b", 100.0, 0.02))
+    result = race([a, b], _windows({"a": [100.0, 108.0], "b": [102.0, 98.0]}), budget_s=100.0, clock=_clock(0.1))
+    assert result.leader == "a" and result.rounds == racing.RACE_NEAR_ROUNDS and "at most 5% behind" in result.reason
+    assert racing.near_bound(a, b) > 1.0 / 1.05 and racing.near_bound(b, a) < 1.0 / 1.05
+    a, b = _entrants(("a", 104.0, 0.02), ("b", 100.0, 0.02))
+    result = race([a, b], _windows({"a": [104.0, 62.4, 145.6], "b": [100.0, 140.0, 60.0]}), budget_s=5.0,
+                  clock=_clock(0.1))
+    assert "budget of 5 s ended the race" in result.reason and racing.near_bound(a, b) < 1.0 / 1.05
+    short = _entrants(("a", 100.0, 0.02), ("b", 100.0, 0.02))
+    for e in short:
+        e.windows = [Window(batch_size=1, latencies=[0.01] * 10)] * (racing.RACE_NEAR_ROUNDS - 1)
+    assert racing.near_bound(*short) is None    # too few rounds to bound anything
 
 
 def test_a_lone_contender_needs_no_race():
