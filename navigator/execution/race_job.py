@@ -41,12 +41,14 @@ from pathlib import Path
 from navigator.execution import racing
 from navigator.execution.jobs import Event, Job, PeerWindow, RacePeer, RunnerTask, Task
 from navigator.execution.profiling import (  # noqa: F401  (the screening and race-window settings)
-    RACE_WINDOW_S, REWARM_S, SCREEN, SCREEN_BUDGET_S, race_window)
+    RACE_WINDOW_S, REWARM_S, SCREEN, SCREEN_BUDGET_S, busy_cores, race_window)
+from navigator.machine import CpuUse
 
 log = logging.getLogger("navigator.worker")
 
 RACE_MAX_ROUNDS = 30
 KEEP_LOADED_BYTES = 1 << 30
+LOAD_SAMPLE_S = 0.25  # the shortest span the machine's load is read over before a screening
 PEER_WAIT_S = 120.0   # the longest a window of the calling process may take to come back
 
 
@@ -199,13 +201,19 @@ def _settings(task: Task, sample: dict, **over):
     return settings
 
 
-def _screen(ws, entry: _Entry, keep: bool) -> dict:
-    from navigator.execution.profiling import sweep
+def _screen(ws, entry: _Entry, keep: bool, busy: float | None = None) -> dict:
+    """``entry``'s screening; at :data:`MIN_WINDOWS` windows a batch size when other processes kept
+    ``busy`` cores busy (not None: loaded, :data:`navigator.execution.profiling.LOADED_SHARE`)."""
+    from navigator.execution.profiling import MIN_WINDOWS, sweep
 
     task = entry.task
     sample = _sample(ws, task)
     full = _settings(task, sample)
-    settings = _settings(task, sample, **SCREEN, budget_s=min(full.budget_s, SCREEN_BUDGET_S))
+    over = SCREEN | ({"max_windows": MIN_WINDOWS} if busy is not None else {})
+    settings = _settings(task, sample, **over, budget_s=min(full.budget_s, SCREEN_BUDGET_S))
+    if busy is not None:
+        log.info("screening %s at %d windows a batch size: other processes kept %.1f cores busy", entry.name,
+                 MIN_WINDOWS, busy)
     _load(ws, entry)
     try:
         outcome = sweep(entry.infer, sample, task.profile.batch_dim, settings)
@@ -254,13 +262,18 @@ def run_race(ws, events, job: Job) -> int:
     budget = settings.get("budget_s", 20.0)
     total_budget = budget * (len(job.tasks) + len({p.key for p in peers}))
     start = time.perf_counter()
+    began = last = CpuUse.now()
+    busy = None
     for entry in entries:
         key, rkey = entry.task.key, entry.spec.key
         events.emit(Event(task=entry.index, key=key, stage="profile", runner=rkey, event="start"))
         t0 = time.perf_counter()
+        now = CpuUse.now()
+        if now.wall - last.wall >= LOAD_SAMPLE_S:   # the load over the screening before this one
+            busy, last = busy_cores(last, now), now
         with StageLog(ws.stage_log(key, "profile")):
             try:
-                entry.record = _screen(ws, entry, keep)
+                entry.record = _screen(ws, entry, keep, busy)
             except Exception as e:
                 log.exception("profile of %s failed", entry.name)
                 _unload(entry)
@@ -272,6 +285,8 @@ def run_race(ws, events, job: Job) -> int:
         events.emit(Event(task=entry.index, key=key, stage="profile", runner=rkey, event="end", result=result))
         if entry.record and entry.record["results"]:
             entry.entrant = _entrant(entry.name, entry.record["results"])
+    # the load over the screenings (the race's own windows alternate with the calling process's)
+    busy_screening = busy_cores(began)
     screened = [e for e in entries if e.entrant is not None] + peers
     names = {e.entrant.name: e for e in screened}
     chosen = [names[c.name] for c in racing.contenders([e.entrant for e in screened])]
@@ -293,7 +308,8 @@ def run_race(ws, events, job: Job) -> int:
         pick = _best_pick([*entries, *peers], records, set(job.not_best))
         if isinstance(pick, _Entry) and keep:   # a live module's runner (a peer) lives in the calling process
             _tune_leader(ws, events, pick, records[pick.name],
-                         max(1.0, min(budget, total_budget - (time.perf_counter() - start))), settings)
+                         max(1.0, min(budget, total_budget - (time.perf_counter() - start))), settings,
+                         busy_screening)
     finally:
         for entry in entries:
             _unload(entry)
@@ -342,11 +358,19 @@ def _best_pick(entries: list, records: dict, not_best: set):
     return max(eligible, key=lambda e: peak(records[e.name]), default=None)
 
 
-def _tune_leader(ws, events, entry: _Entry, record: dict, budget_s: float, settings: dict) -> None:
-    """The winner's runtime options (:mod:`navigator.execution.tuning`), in its profile record."""
+def _tune_leader(ws, events, entry: _Entry, record: dict, budget_s: float, settings: dict,
+                 busy: float | None) -> None:
+    """The winner's runtime options (:mod:`navigator.execution.tuning`), in its profile record;
+    none when other processes kept ``busy`` cores busy meanwhile (not None: the machine is loaded)."""
     from navigator.execution import tuning
+    from navigator.execution.profiling import not_tuned_under_load
 
     if not tuning.candidates(entry.spec):
+        return
+    if busy is not None:
+        log.info("%s not tuned: other processes kept %.1f cores busy", entry.name, busy)
+        out = record | {"tuning": {"candidates": [], "rounds": 0, "reason": not_tuned_under_load(busy)}}
+        events.emit(Event(task=entry.index, key=entry.key, stage="profile", runner=entry.rkey, event="end", result=out))
         return
     t0 = time.perf_counter()
     if entry.runner is None:

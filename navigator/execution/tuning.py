@@ -261,11 +261,18 @@ def merged(record: dict, found: dict) -> dict:
 def screen_and_tune(ws, task, spec: RunnerTask, runner, io_names: dict) -> dict:
     """The profile of a format worker's runner (:func:`navigator.execution.stages.run_profile`); the
     run's only (format, runner), screened there with nothing to race, is tuned there too."""
+    from navigator.execution.profiling import busy_cores, not_tuned_under_load
     from navigator.execution.stages import run_profile
+    from navigator.machine import CpuUse
 
+    since = CpuUse.now()
     record = run_profile(ws, task, runner, io_names)
     if not task.profile.screen:
         return record
+    if not candidates(spec):
+        return record
+    if (busy := busy_cores(since)) is not None:
+        return record | {"tuning": {"candidates": [], "rounds": 0, "reason": not_tuned_under_load(busy)}}
     infer, _ = runner.profiling_infer()
     return tune_profile(ws, task, spec, infer, record, task.profile.settings.get("budget_s", 20.0),
                         task.profile.settings, io_names) or record

@@ -8,7 +8,11 @@ verification."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -34,7 +38,9 @@ def raced(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("tuning")
     model = models.save(models.foldable_mlp(), tmp / "foldable_mlp.onnx")
-    result = navigator.convert(model, workdir=tmp / "wd", targets=["onnx", "onnx-optimized"], **FAST)
+    # tuned whatever else runs on the machine (a loaded one skips the tuning: test_a_loaded_machine_...)
+    with mock.patch.dict(os.environ, {"NAVIGATOR_IGNORE_LOAD": "1"}):
+        result = navigator.convert(model, workdir=tmp / "wd", targets=["onnx", "onnx-optimized"], **FAST)
     assert result.ok, result.failures
     return result
 
@@ -172,3 +178,31 @@ def test_kept_options_become_the_backends_parameters(raced, tmp_path):
     finally:
         rs.profile.options = None
         status_mod.save(st, ws / "status.yaml")
+
+
+def test_a_loaded_machine_screens_in_fewer_windows_and_tunes_nothing(tmp_path):
+    """Other processes keeping the cores busy (busy loops, five per core: whatever else runs, they
+    hold more than a quarter of the cores): the race worker's screenings after the first (which the load is
+    read over: batch sizes up to 64 make it long enough) stop at 3 windows a batch size, and the
+    winner is not tuned -- options measured under that load would fit the load, not the server --
+    which its profile says; nothing is kept."""
+    from ..conftest import models
+
+    model = models.save(models.foldable_mlp(), tmp_path / "foldable_mlp.onnx")
+    loop = "import time\nend = time.time() + 300\nwhile time.time() < end: pass"
+    busy = [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(5 * tuning.cpus())]
+    try:
+        env = {k: v for k, v in os.environ.items() if k != "NAVIGATOR_IGNORE_LOAD"}
+        with mock.patch.dict(os.environ, env, clear=True):
+            result = navigator.convert(model, workdir=tmp_path / "wd", targets=["onnx", "onnx-optimized"],
+                                       **(FAST | {"max_batch_size": 64}))
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    assert result.ok, result.failures
+    tuned = [rs.profile for fs in result.status.formats.values() for rs in fs.runners.values() if rs.profile.tuning]
+    assert len(tuned) == 1 and not tuned[0].options and tuned[0].tuning["rounds"] == 0
+    assert tuned[0].tuning["reason"].startswith("not tuned: other processes kept")
+    log = Path(result.workspace, "jobs", "race.log").read_text()
+    assert "at 3 windows a batch size: other processes kept" in log
