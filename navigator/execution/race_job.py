@@ -369,7 +369,8 @@ def _tune_leader(ws, events, entry: _Entry, record: dict, budget_s: float, setti
         return
     if busy is not None:
         log.info("%s not tuned: other processes kept %.1f cores busy", entry.name, busy)
-        out = record | {"tuning": {"candidates": [], "rounds": 0, "reason": not_tuned_under_load(busy)}}
+        out = record | {"status": "ok", "duration_s": entry.duration_s,
+                        "tuning": {"candidates": [], "rounds": 0, "reason": not_tuned_under_load(busy)}}
         events.emit(Event(task=entry.index, key=entry.key, stage="profile", runner=entry.rkey, event="end", result=out))
         return
     t0 = time.perf_counter()
