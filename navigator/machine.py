@@ -41,20 +41,22 @@ class CpuUse:
     live or reaped) and everyone else's. :meth:`others_since` is how many of the cores other
     processes kept busy between two samples: what the scheduler subtracts from the core count."""
 
-    def __init__(self, wall: float, busy_s: float, ours_s: float):
-        self.wall, self.busy_s, self.ours_s = wall, busy_s, ours_s
+    def __init__(self, wall: float, busy_s: float, ours_s: float, root: int | None = None):
+        self.wall, self.busy_s, self.ours_s, self.root = wall, busy_s, ours_s, root
 
     @classmethod
-    def now(cls) -> CpuUse:
+    def now(cls, root: int | None = None) -> CpuUse:
+        """``root``: the process whose tree counts as ours (a worker passes its run's calling
+        process); None: this process's."""
         import time
 
-        return cls(time.monotonic(), _busy_seconds(), _our_seconds())
+        return cls(time.monotonic(), _busy_seconds(), _our_seconds(root), root)
 
     def others_since(self, earlier: CpuUse) -> float | None:
         """Cores busy with other processes on average since ``earlier``; None when unknown (no
         /proc/stat) or the two samples are too close to tell."""
         wall = self.wall - earlier.wall
-        if wall < 0.05 or self.busy_s < 0 or earlier.busy_s < 0:
+        if wall < 0.05 or min(self.busy_s, earlier.busy_s, self.ours_s, earlier.ours_s) < 0:
             return None
         return max(0.0, (self.busy_s - earlier.busy_s) - (self.ours_s - earlier.ours_s)) / wall
 
@@ -77,13 +79,17 @@ def _busy_seconds() -> float:
         return -1.0
 
 
-def _our_seconds() -> float:
-    """CPU time of this process, its reaped children and its live descendants (theirs with what
-    they reaped), from os.times and /proc/<pid>/stat."""
+def _our_seconds(root: int | None = None) -> float:
+    """CPU time of this process (or ``root``), its reaped children and its live descendants (theirs
+    with what they reaped), from os.times and /proc/<pid>/stat."""
     import os
 
-    t = os.times()
-    total = t.user + t.system + t.children_user + t.children_system
+    me = os.getpid() if root is None else root
+    if me == os.getpid():
+        t = os.times()
+        total = t.user + t.system + t.children_user + t.children_system
+    else:
+        total = 0.0   # read with the others from /proc below
     parents: dict[int, int] = {}
     times: dict[int, float] = {}
     try:
@@ -100,8 +106,11 @@ def _our_seconds() -> float:
                 continue
             parents[int(entry.name)], times[int(entry.name)] = ppid, used
     except (OSError, ValueError):
-        return total
-    me = os.getpid()
+        return total if me == os.getpid() else -1.0
+    if me != os.getpid():
+        if me not in times:
+            return -1.0   # gone: unknown
+        total += times[me]
     children: dict[int, list[int]] = {}
     for pid, ppid in parents.items():
         children.setdefault(ppid, []).append(pid)

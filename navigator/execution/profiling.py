@@ -41,16 +41,23 @@ TOP_RISE = 1.25
 LOADED_SHARE = 0.25
 
 
+LOAD_SAMPLE_S = 0.25   # the shortest span the machine's load is read over
+
+
 def busy_cores(since, now=None) -> float | None:
-    """Cores other processes kept busy since ``since`` (a :class:`navigator.machine.CpuUse`) when
-    that counts as loaded (:data:`LOADED_SHARE`), else None (quiet, unknown, or ignored)."""
+    """Cores other processes (outside the tree of ``since.root``: the run's calling process) kept
+    busy since ``since`` (a :class:`navigator.machine.CpuUse`) when that counts as loaded
+    (:data:`LOADED_SHARE`), else None (quiet, too short a span to tell, unknown, or ignored)."""
     import os
 
     from navigator.machine import CpuUse, affinity_cores
 
     if os.environ.get("NAVIGATOR_IGNORE_LOAD") == "1":
         return None
-    busy = (now or CpuUse.now()).others_since(since)
+    now = now or CpuUse.now(since.root)
+    if now.wall - since.wall < LOAD_SAMPLE_S:
+        return None
+    busy = now.others_since(since)
     return busy if busy is not None and busy >= LOADED_SHARE * affinity_cores() else None
 
 

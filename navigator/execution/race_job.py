@@ -41,14 +41,13 @@ from pathlib import Path
 from navigator.execution import racing
 from navigator.execution.jobs import Event, Job, PeerWindow, RacePeer, RunnerTask, Task
 from navigator.execution.profiling import (  # noqa: F401  (the screening and race-window settings)
-    RACE_WINDOW_S, REWARM_S, SCREEN, SCREEN_BUDGET_S, busy_cores, race_window)
+    LOAD_SAMPLE_S, RACE_WINDOW_S, REWARM_S, SCREEN, SCREEN_BUDGET_S, busy_cores, race_window)
 from navigator.machine import CpuUse
 
 log = logging.getLogger("navigator.worker")
 
 RACE_MAX_ROUNDS = 30
 KEEP_LOADED_BYTES = 1 << 30
-LOAD_SAMPLE_S = 0.25  # the shortest span the machine's load is read over before a screening
 PEER_WAIT_S = 120.0   # the longest a window of the calling process may take to come back
 
 
@@ -262,13 +261,13 @@ def run_race(ws, events, job: Job) -> int:
     budget = settings.get("budget_s", 20.0)
     total_budget = budget * (len(job.tasks) + len({p.key for p in peers}))
     start = time.perf_counter()
-    began = last = CpuUse.now()
+    began = last = CpuUse.now(job.parent_pid)   # the run's own processes are not "others"
     busy = None
     for entry in entries:
         key, rkey = entry.task.key, entry.spec.key
         events.emit(Event(task=entry.index, key=key, stage="profile", runner=rkey, event="start"))
         t0 = time.perf_counter()
-        now = CpuUse.now()
+        now = CpuUse.now(job.parent_pid)
         if now.wall - last.wall >= LOAD_SAMPLE_S:   # the load over the screening before this one
             busy, last = busy_cores(last, now), now
         with StageLog(ws.stage_log(key, "profile")):
@@ -365,7 +364,7 @@ def _tune_leader(ws, events, entry: _Entry, record: dict, budget_s: float, setti
     from navigator.execution import tuning
     from navigator.execution.profiling import not_tuned_under_load
 
-    if not tuning.candidates(entry.spec):
+    if not tuning.tunable(entry.task, entry.spec, record):
         return
     if busy is not None:
         log.info("%s not tuned: other processes kept %.1f cores busy", entry.name, busy)

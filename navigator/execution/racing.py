@@ -161,6 +161,21 @@ def paired_tie(lead: Entrant, other: Entrant) -> bool:
     return 1.0 / (1.0 + RACE_TIE) <= mean <= 1.0 + RACE_TIE
 
 
+def paired_gain(a: Entrant, b: Entrant) -> float | None:
+    """``a``'s throughput over ``b``'s over the rounds both raced (entrants only leave, so their
+    first windows pair up by round): items over time pooled over those windows; None without one."""
+    n = min(len(a.windows), len(b.windows))
+    if n == 0:
+        return None
+
+    def rate(windows: list[Window]) -> float:
+        seconds = sum(sum(w.latencies) for w in windows)
+        return sum(len(w.latencies) * w.batch_size for w in windows) / seconds if seconds > 0 else 0.0
+
+    slow = rate(b.windows[:n])
+    return rate(a.windows[:n]) / slow if slow > 0 else None
+
+
 def near_bound(lead: Entrant, other: Entrant) -> float | None:
     """A lower bound (~97.5%, one-sided) on ``lead``'s throughput over ``other``'s, from every
     round both raced (a paired t bound on the windows' log ratios; drift cancels in each round);
@@ -177,7 +192,8 @@ def near_bound(lead: Entrant, other: Entrant) -> float | None:
     k = len(logs)
     mean = sum(logs) / k
     sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (k - 1))
-    t = 1.96 + 2.4 / (k - 1)     # Student's t at 97.5% for k - 1 degrees of freedom, within 0.02 from 10 rounds
+    df = k - 1
+    t = 1.96 + 2.37 / df + 2.82 / df ** 2   # Student's t at 97.5% for df degrees of freedom, within 0.005 from df 9
     return math.exp(mean - t * sd / math.sqrt(k))
 
 
@@ -197,10 +213,12 @@ def contenders(screened: list[Entrant]) -> list[Entrant]:
 
 
 def race(entrants: list[Entrant], window: Callable[[Entrant], Window], budget_s: float,
-         clock: Callable[[], float] = time.perf_counter, max_rounds: int = 200) -> RaceResult:
+         clock: Callable[[], float] = time.perf_counter, max_rounds: int = 200, near: bool = True) -> RaceResult:
     """Round-robin windows over ``entrants`` until one is separated from all others still
     in, or ``budget_s`` (measured with ``clock``) or ``max_rounds`` ends it. ``window(e)``
-    measures one window of ``e`` at ``e.batch_size``."""
+    measures one window of ``e`` at ``e.batch_size``. ``near``: the near rule may end it (not
+    where an unsettled race keeps the first entrant, as the tuning's defaults: a candidate shown
+    faster would then be dropped with them)."""
     live = list(entrants)
     result = RaceResult(leader=None, settled=False, rounds=0, entrants={e.name: e for e in entrants})
     if len(live) <= 1:
@@ -238,7 +256,7 @@ def race(entrants: list[Entrant], window: Callable[[Entrant], Window], budget_s:
                                  f"{result.rounds} interleaved rounds: a tie, more windows would not separate them")
                 return result
             rest = [e for e in live if e is not lead]
-            if all((b := near_bound(lead, e)) is not None and b >= 1.0 / (1.0 + RACE_NEAR) for e in rest):
+            if near and all((b := near_bound(lead, e)) is not None and b >= 1.0 / (1.0 + RACE_NEAR) for e in rest):
                 result.reason = (f"{lead.name} at most {RACE_NEAR:.0%} behind {', '.join(e.name for e in rest)} "
                                  f"(paired over {result.rounds} interleaved rounds, ~97.5% confidence): "
                                  "more rounds could only swap picks within 5% of each other")

@@ -40,6 +40,12 @@ def candidates(spec: RunnerTask) -> list[dict]:
     return [c for c in found if not set(c) & own]
 
 
+def tunable(task, spec: RunnerTask, record: dict) -> bool:
+    """Whether a profile ``record`` of ``spec`` on ``task`` is one the tuning measures: figures, a
+    verify spec (kept options are verified), not a stateful model, candidates."""
+    return bool(task.verify is not None and not task.verify.sequence and record.get("results") and candidates(spec))
+
+
 def label(options: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(options.items())) or DEFAULTS
 
@@ -90,7 +96,7 @@ def tune(ws, task, spec: RunnerTask, infer, feed_at, batch_size: int, figure: tu
             if share < FAR_BEHIND:
                 ent.out = f"{share:.2f}x the defaults in a first window"
         racing_now = [e for e in entrants if not e.out]
-        result = racing.race(racing_now, measure, budget_s, max_rounds=TUNE_MAX_ROUNDS)
+        result = racing.race(racing_now, measure, budget_s, max_rounds=TUNE_MAX_ROUNDS, near=False)
         result.rounds += 1
         result.entrants = {e.name: e for e in entrants}
     finally:
@@ -109,9 +115,11 @@ def tune(ws, task, spec: RunnerTask, infer, feed_at, batch_size: int, figure: tu
         else:
             record["candidates"].append({"options": loaded[ent.name][0], **row})
     winner = result.leader if result.settled else None
-    if winner in (None, DEFAULTS):
-        record["reason"] = (f"the defaults {'won' if winner else 'were not beaten'}: "
-                            f"{result.reason or 'separated from every candidate'}")
+    gain = racing.paired_gain(result.entrants[winner], entrants[0]) if winner not in (None, DEFAULTS) else None
+    if winner in (None, DEFAULTS) or gain is None or gain <= 1.0:
+        record["reason"] = (f"the defaults {'won' if winner == DEFAULTS else 'were not beaten'}: "
+                            + (result.reason or 'separated from every candidate' if gain is None else
+                               f"{winner} led the last windows but not the rounds both ran ({gain:.2f}x)"))
         record["duration_s"] = round(time.perf_counter() - start, 4)
         return record
     cand = loaded[winner][0]
@@ -127,8 +135,6 @@ def tune(ws, task, spec: RunnerTask, infer, feed_at, batch_size: int, figure: tu
             record["options"] = cand
             record["reason"] = f"{winner} separated from the defaults after {result.rounds} interleaved rounds"
             won = result.entrants[winner]
-            base = result.entrants[DEFAULTS].figure()[0]
-            gain = won.figure()[0] / base if base > 0 else 1.0
             if max_batch is not None:
                 won, why, moved = climb(runner.profiling_infer()[0], won, feed_at, max_batch, budget_s, window)
                 gain *= moved
@@ -173,12 +179,11 @@ def climb(infer, here: racing.Entrant, feed_at, max_batch: int, budget_s: float,
                               screen_throughput=here.figure()[0], screen_spread=here.figure()[1])
         result = racing.race([held, *others], lambda e: racing.Window(batch_size=e.batch_size,
                                                                       latencies=window(infer, feeds[e.batch_size])),
-                             budget_s, max_rounds=TUNE_MAX_ROUNDS)
+                             budget_s, max_rounds=TUNE_MAX_ROUNDS, near=False)
         if not result.settled or result.leader == held.name:
             here = held if len(held.windows) >= racing.RACE_MIN_WINDOWS else here
             break
-        held_thr = held.figure()[0]
-        gain *= result.entrants[result.leader].figure()[0] / held_thr if held_thr > 0 else 1.0
+        gain *= racing.paired_gain(result.entrants[result.leader], held) or 1.0
         here = result.entrants[result.leader]
     if here.batch_size == start_size:
         return here, None, 1.0
@@ -195,10 +200,9 @@ def tune_profile(ws, task, spec: RunnerTask, infer, record: dict, budget_s: floa
     from navigator.execution.stages import runner_options, stored_sample
 
     names = task.io_names if io_names is None else io_names
-    results = record.get("results") or []
-    if task.verify is None or task.verify.sequence or not results or not candidates(spec):
+    if not tunable(task, spec, record):
         return None
-    peak = _peak(results)
+    peak = _peak(record["results"])
     size = peak["batch_size"]
     try:
         sample = stored_sample(ws, names)
@@ -258,18 +262,17 @@ def merged(record: dict, found: dict) -> dict:
     return out
 
 
-def screen_and_tune(ws, task, spec: RunnerTask, runner, io_names: dict) -> dict:
+def screen_and_tune(ws, task, spec: RunnerTask, runner, io_names: dict, root: int | None = None) -> dict:
     """The profile of a format worker's runner (:func:`navigator.execution.stages.run_profile`); the
-    run's only (format, runner), screened there with nothing to race, is tuned there too."""
+    run's only (format, runner), screened there with nothing to race, is tuned there too, unless
+    other processes than the run's (``root``'s tree) loaded the machine meanwhile."""
     from navigator.execution.profiling import busy_cores, not_tuned_under_load
     from navigator.execution.stages import run_profile
     from navigator.machine import CpuUse
 
-    since = CpuUse.now()
+    since = CpuUse.now(root)
     record = run_profile(ws, task, runner, io_names)
-    if not task.profile.screen:
-        return record
-    if not candidates(spec):
+    if not task.profile.screen or not tunable(task, spec, record):
         return record
     if (busy := busy_cores(since)) is not None:
         return record | {"tuning": {"candidates": [], "rounds": 0, "reason": not_tuned_under_load(busy)}}

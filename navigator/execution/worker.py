@@ -72,7 +72,8 @@ def _run_stage(events: Events, task_index: int, key: str, stage: str, runner: st
     return result
 
 
-def _run_format(ws, events: Events, i: int, task: Task, live, measure_later: list | None = None) -> None:
+def _run_format(ws, events: Events, i: int, task: Task, live, measure_later: list | None = None,
+                root: int | None = None) -> None:
     io_names = dict(task.io_names)
     if task.convert is not None:
         result = _run_stage(events, i, task.key, "convert", None, lambda: stages.run_convert(ws, task, live),
@@ -96,7 +97,7 @@ def _run_format(ws, events: Events, i: int, task: Task, live, measure_later: lis
                 measure_later.append((i, task, spec, runner, io_names))
                 continue
             _run_stage(events, i, task.key, "profile", spec.key,
-                       lambda: tuning.screen_and_tune(ws, task, spec, runner, io_names),
+                       lambda: tuning.screen_and_tune(ws, task, spec, runner, io_names, root),
                        ws.stage_log(task.key, "profile"))
         if runner is not None:
             runner.deactivate()
@@ -145,7 +146,7 @@ def run_job(job: Job) -> int:
             if result["status"] != "ok":
                 return 1
             continue
-        _run_format(ws, events, i, task, job.live, job.measure_later)
+        _run_format(ws, events, i, task, job.live, job.measure_later, job.parent_pid)
     return 0
 
 

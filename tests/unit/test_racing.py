@@ -8,6 +8,7 @@ sequences): real timings would make pass/fail depend on the machine's load."""
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 
@@ -383,6 +384,35 @@ def test_cpu_use_sets_this_process_tree_apart():
     assert others is None or 0.0 <= others <= cores() + 1.0   # + the clock ticks rounding
 
 
+def test_a_worker_counts_its_runs_calling_process_as_its_own():
+    """A worker reads the load with its run's calling process as the root of "ours" (the race worker
+    passes Job.parent_pid): a child process sampling around CPU work of its parent (this test) counts
+    that work as its own with this process as root, not without. CPU accounting, not timing: the
+    difference is the parent's CPU time over the span, whatever the machine's load. A root that is
+    gone reads as unknown."""
+    import os
+    import subprocess
+    import sys
+
+    from navigator.machine import CpuUse
+
+    code = ("import sys\nfrom navigator.machine import CpuUse\nroot = int(sys.argv[1])\n"
+            "a, b = CpuUse.now(), CpuUse.now(root)\nprint('go', flush=True)\nsys.stdin.readline()\n"
+            "a2, b2 = CpuUse.now(), CpuUse.now(root)\nprint(a2.ours_s - a.ours_s, b2.ours_s - b.ours_s)")
+    child = subprocess.Popen([sys.executable, "-c", code, str(os.getpid())], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "go"
+    t0 = time.process_time()
+    sum(range(20_000_000))              # this process's CPU while the child waits
+    spent = time.process_time() - t0
+    out, _ = child.communicate("done\n", timeout=60)
+    own, rooted = (float(x) for x in out.split())
+    assert abs((rooted - own) - spent) <= 0.05 + 0.1 * spent, (own, rooted, spent)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    assert CpuUse.now(int(gone.stdout)).ours_s == -1.0
+    assert CpuUse.now(int(gone.stdout)).others_since(CpuUse.now(int(gone.stdout))) is None
+
+
 # --------------------------------------------------------------------------- progress
 def test_a_long_step_reports_its_elapsed_time():
     """A step opened 100 s ago gets a progress line with its elapsed time; a fresh one does not."""
@@ -421,6 +451,29 @@ def test_the_pair_tuned_is_the_one_best_picks():
     assert _best_pick(entries, records, set()).key == "openvino"
     assert _best_pick(entries, records, {"openvino"}).key == "onnx-optimized"   # 92 screened > 90 raced
     assert _best_pick(entries, {}, set()) is None
+
+
+def test_the_gain_is_paired_over_the_rounds_both_raced():
+    """The defaults leave a tuning race at round 3 (2 ms a batch against the winner's 1 ms); the winner
+    races a third candidate on, and the load rises: its last windows run at 3 ms. The gain is 2.0, from
+    the rounds both ran, not 0.67 from the winner's last windows against the defaults' figure."""
+    from navigator.execution.racing import paired_gain
+
+    win, base = _entrants(("win", 0.0, None), ("defaults", 0.0, None))
+    fast, slow = Window(batch_size=4, latencies=[0.001] * 10), Window(batch_size=4, latencies=[0.003] * 10)
+    win.windows = [fast] * 3 + [slow] * 6
+    base.windows = [Window(batch_size=4, latencies=[0.002] * 10)] * 3
+    assert paired_gain(win, base) == pytest.approx(2.0) and win.figure()[0] / base.figure()[0] < 1.0
+    assert paired_gain(win, _entrants(("none", 0.0, None))[0]) is None
+
+
+def test_a_race_without_the_near_rule_goes_on():
+    """The tuning's races keep the defaults when unsettled, so the near rule (which ends a race
+    unsettled) is off there: the same 4% lead that ends a race after 10 rounds runs to the budget."""
+    a, b = _entrants(("a", 104.0, 0.02), ("b", 100.0, 0.02))
+    result = race([a, b], _windows({"a": [100.0, 108.0], "b": [102.0, 98.0]}), budget_s=3.0, clock=_clock(0.1),
+                  near=False)
+    assert result.rounds > racing.RACE_NEAR_ROUNDS and "budget of 3 s ended the race" in result.reason
 
 
 def test_kept_options_keep_a_raced_peak_comparable_with_the_race():
