@@ -410,17 +410,27 @@ class TritonServer:
         return "\n".join(text.splitlines()[-n:])
 
     def _log_reason(self, name: str | None = None) -> str:
-        """The last error line of the log (about ``name`` when given), message part only."""
-        lines = self.log_tail(400).splitlines()
-        errors = [ln for ln in lines if (_GLOG_ERROR.match(ln) or "error" in ln.lower()) and not _noise(ln)]
-        if name:
-            errors = [ln for ln in errors if name in ln] or errors
-        if not errors:
-            return ""
+        """The last error line of the log (about ``name`` when given), message part only; a
+        warning or info line that names an error is none ("--load-model argument will result in
+        error", at every start). Without one, the log's last line, said so."""
+        return log_reason(self.log_tail(400), name)
+
+
+def log_reason(text: str, name: str | None = None) -> str:
+    """:meth:`TritonServer._log_reason` of a log's ``text``."""
+    lines = text.splitlines()
+    errors = [ln for ln in lines if (_GLOG_ERROR.match(ln) or "error" in ln.lower() and not _GLOG_OTHER.match(ln))
+              and not _noise(ln)]
+    if name:
+        errors = [ln for ln in errors if name in ln] or errors
+    if errors:
         return _clean(errors[-1])
+    last = [ln for ln in lines if ln.strip() and not ln.lstrip().startswith(("+", "|"))]   # not its tables
+    return f"no error line; its log ends: {_clean(last[-1])}" if last else ""
 
 
 _GLOG_ERROR = re.compile(r"^E\d{4} ")
+_GLOG_OTHER = re.compile(r"^[WI]\d{4} ")
 _LOG_PREFIX = re.compile(r"^(?:[EWI]\d{4} [\d:.]+ +\d+ [\w.]+:\d+\]|\[libprotobuf \w+ [^\]]*\]) ?")
 
 

@@ -116,3 +116,23 @@ def test_remove_shm_removes_only_its_prefix():
 def test_an_empty_repository_is_refused(tmp_path):
     with pytest.raises(UserInputError, match="holds no model"):
         server.TritonServer(tmp_path).start()
+
+
+def test_the_reason_a_server_gives_is_an_error_line_never_a_warning_that_names_one():
+    """Triton warns at every start that "--load-model argument will result in error": a server that
+    then exits without an error line was reported with that warning as its reason (a CI run's
+    "tritonserver exited at start (exit 1): --load-model argument will result in error"). A
+    warning or info line is no error; without an error line the reason is the log's last line,
+    said so (its option tables are not lines of it)."""
+    from navigator.triton.server import log_reason
+
+    warn = ("W1128 12:45:01.000 123 server.cc:50] \"--load-model argument will result in error. Note that this "
+            "option will only take effect if --model-control-mode=explicit\"")
+    table = "+---------+------+\n| Backend | Path |\n+---------+------+"
+    assert log_reason(f"{warn}\nI1128 12:45:02.000 123 grpc_server.cc:2500] Started\n{table}") == \
+        "no error line; its log ends: Started"
+    err = "E1128 12:45:03.000 123 main.cc:300] failed to start HTTP service: Address already in use"
+    assert log_reason(f"{warn}\n{err}\n{table}") == "failed to start HTTP service: Address already in use"
+    assert log_reason("error: creating server: Internal - failed to load all models") == \
+        "error: creating server: Internal - failed to load all models"     # an unprefixed line still counts
+    assert log_reason("") == ""
