@@ -136,7 +136,7 @@ class Reporter:
         if stage == "profile" and status == "ok" and result.get("results"):
             from navigator.workspace.status import peak_of
 
-            peak = peak_of(result["results"], lambda r: r.get("raced"), lambda r: r["throughput"])
+            peak = peak_of(result["results"])
             line += f": {peak['throughput']:.1f}/s at batch {peak['batch_size']}"
         self._print(line, {"ok": None, "failed": "red", "skipped": "yellow", "inconclusive": "yellow"}.get(status))
 

@@ -150,8 +150,8 @@ class ProfileResult(Record):
     raced: bool | None = None
 
 
-def peak_of(results, raced, throughput):
-    """:meth:`ProfileStep.peak` for results of any shape (records or event dicts)."""
+def peak_of(results, raced=lambda r: r.get("raced"), throughput=lambda r: r["throughput"]):
+    """:meth:`ProfileStep.peak` for results of any shape (records; by default, event dicts)."""
     chosen = [r for r in results if raced(r)]
     return chosen[0] if chosen else max(results, key=throughput, default=None)
 

@@ -34,13 +34,11 @@ TOP_RISE = 1.25
 
 # other processes keeping at least this share of the cores busy make the machine "loaded" (a measuring
 # runner's threads then share the cores with them: ten busy loops on two cores kept only 1.0-1.2 busy
-# beside a screening, an idle machine's others 0.03): the race
-# worker's screenings then stop at MIN_WINDOWS windows a batch size (their windows would not settle; the
-# race measures the contenders again, interleaved), and the winner is not tuned (options measured then
-# would fit that load, not the server's). NAVIGATOR_IGNORE_LOAD=1 measures as on a quiet machine.
+# beside a screening, an idle machine's others 0.03): the race worker's screenings then stop at
+# MIN_WINDOWS windows a batch size (their windows would not settle; the race measures the contenders
+# again, interleaved), and the winner is not tuned (options measured then would fit that load, not the
+# server's). NAVIGATOR_IGNORE_LOAD=1 measures as on a quiet machine.
 LOADED_SHARE = 0.25
-
-
 LOAD_SAMPLE_S = 0.25   # the shortest span the machine's load is read over
 
 
@@ -59,14 +57,6 @@ def busy_cores(since, now=None) -> float | None:
         return None
     busy = now.others_since(since)
     return busy if busy is not None and busy >= LOADED_SHARE * affinity_cores() else None
-
-
-def not_tuned_under_load(busy: float) -> str:
-    from navigator.machine import affinity_cores
-
-    return (f"not tuned: other processes kept {busy:.1f} of the {affinity_cores()} cores busy while it was "
-            "measured; options measured under that load would fit it, not the server's "
-            "(NAVIGATOR_IGNORE_LOAD=1 tunes anyway)")
 
 
 @dataclass

@@ -351,7 +351,7 @@ def _best_pick(entries: list, records: dict, not_best: set):
     from navigator.workspace.status import peak_of
 
     def peak(record: dict) -> float:
-        return peak_of(record["results"], lambda r: r.get("raced"), lambda r: r["throughput"])["throughput"]
+        return peak_of(record["results"])["throughput"]
 
     eligible = [e for e in entries if e.name in records and e.key not in not_best and records[e.name].get("results")]
     return max(eligible, key=lambda e: peak(records[e.name]), default=None)
@@ -362,14 +362,12 @@ def _tune_leader(ws, events, entry: _Entry, record: dict, budget_s: float, setti
     """The winner's runtime options (:mod:`navigator.execution.tuning`), in its profile record;
     none when other processes kept ``busy`` cores busy meanwhile (not None: the machine is loaded)."""
     from navigator.execution import tuning
-    from navigator.execution.profiling import not_tuned_under_load
 
     if not tuning.tunable(entry.task, entry.spec, record):
         return
     if busy is not None:
         log.info("%s not tuned: other processes kept %.1f cores busy", entry.name, busy)
-        out = record | {"status": "ok", "duration_s": entry.duration_s,
-                        "tuning": {"candidates": [], "rounds": 0, "reason": not_tuned_under_load(busy)}}
+        out = record | {"status": "ok", "duration_s": entry.duration_s, "tuning": tuning.not_tuned_under_load(busy)}
         events.emit(Event(task=entry.index, key=entry.key, stage="profile", runner=entry.rkey, event="end", result=out))
         return
     t0 = time.perf_counter()

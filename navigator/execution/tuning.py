@@ -17,6 +17,7 @@ import time
 
 from navigator.execution import racing
 from navigator.execution.jobs import RunnerTask
+from navigator.workspace.status import peak_of
 from navigator.machine import affinity_cores as cpus   # the cores a thread count means (this process's affinity)
 
 log = logging.getLogger("navigator.worker")
@@ -44,6 +45,14 @@ def tunable(task, spec: RunnerTask, record: dict) -> bool:
     """Whether a profile ``record`` of ``spec`` on ``task`` is one the tuning measures: figures, a
     verify spec (kept options are verified), not a stateful model, candidates."""
     return bool(task.verify is not None and not task.verify.sequence and record.get("results") and candidates(spec))
+
+
+def not_tuned_under_load(busy: float) -> dict:
+    """The tuning record of a runner not tuned because other processes kept ``busy`` cores busy."""
+    return {"candidates": [], "rounds": 0,
+            "reason": f"not tuned: other processes kept {busy:.1f} of the {cpus()} cores busy while it was "
+                      "measured; options measured under that load would fit it, not the server's "
+                      "(NAVIGATOR_IGNORE_LOAD=1 tunes anyway)"}
 
 
 def label(options: dict) -> str:
@@ -202,7 +211,7 @@ def tune_profile(ws, task, spec: RunnerTask, infer, record: dict, budget_s: floa
     names = task.io_names if io_names is None else io_names
     if not tunable(task, spec, record):
         return None
-    peak = _peak(record["results"])
+    peak = peak_of(record["results"])
     size = peak["batch_size"]
     try:
         sample = stored_sample(ws, names)
@@ -233,12 +242,6 @@ def tune_profile(ws, task, spec: RunnerTask, infer, record: dict, budget_s: floa
     return merged(record, found)
 
 
-def _peak(results: list[dict]) -> dict:
-    from navigator.workspace.status import peak_of
-
-    return peak_of(results, lambda r: r.get("raced"), lambda r: r["throughput"])
-
-
 def merged(record: dict, found: dict) -> dict:
     """``record`` (a profile's) with the tuning's record ``found``: its options and its figure at
     the peak's place when it kept some. A raced peak's new figure is the raced one times the gain
@@ -246,7 +249,7 @@ def merged(record: dict, found: dict) -> dict:
     contenders' raced figures (the tuning's own windows ran at another moment: under load, a
     figure from then fell below the runner-up's and best picked a pair the race had beaten)."""
     results = record["results"]
-    peak = _peak(results)
+    peak = peak_of(results)
     out = dict(record) | {"tuning": {k: v for k, v in found.items() if k not in ("options", "figure", "gain")}}
     if found.get("options"):
         out["options"] = found["options"]
@@ -266,7 +269,7 @@ def screen_and_tune(ws, task, spec: RunnerTask, runner, io_names: dict, root: in
     """The profile of a format worker's runner (:func:`navigator.execution.stages.run_profile`); the
     run's only (format, runner), screened there with nothing to race, is tuned there too, unless
     other processes than the run's (``root``'s tree) loaded the machine meanwhile."""
-    from navigator.execution.profiling import busy_cores, not_tuned_under_load
+    from navigator.execution.profiling import busy_cores
     from navigator.execution.stages import run_profile
     from navigator.machine import CpuUse
 
@@ -275,7 +278,7 @@ def screen_and_tune(ws, task, spec: RunnerTask, runner, io_names: dict, root: in
     if not task.profile.screen or not tunable(task, spec, record):
         return record
     if (busy := busy_cores(since)) is not None:
-        return record | {"tuning": {"candidates": [], "rounds": 0, "reason": not_tuned_under_load(busy)}}
+        return record | {"tuning": not_tuned_under_load(busy)}
     infer, _ = runner.profiling_infer()
     return tune_profile(ws, task, spec, infer, record, task.profile.settings.get("budget_s", 20.0),
                         task.profile.settings, io_names) or record
