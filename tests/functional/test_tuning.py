@@ -185,12 +185,14 @@ def test_kept_options_become_the_backends_parameters(raced, tmp_path):
 def test_a_loaded_machine_screens_in_fewer_windows_and_tunes_nothing(tmp_path):
     """Other processes keeping the cores busy (busy loops, five per core: whatever else runs, they
     hold more than a quarter of the cores): the race worker's screenings after the first (which the load is
-    read over: batch sizes up to 64 make it long enough) stop at 3 windows a batch size, and the
+    read over: a 1024-wide MatMul makes each window last its 30 ms, so 3 windows at 4 batch sizes outlast
+    the 0.25 s the load needs; the 8-wide one ran 1,000 inferences in a few ms and its screening ended in
+    0.17 s on a quiet host) stop at 3 windows a batch size, and the
     winner is not tuned -- options measured under that load would fit the load, not the server --
     which its profile says; nothing is kept."""
     from ..conftest import models
 
-    model = models.save(models.foldable_mlp(), tmp_path / "foldable_mlp.onnx")
+    model = models.save(models.foldable_mlp(features=1024), tmp_path / "foldable_mlp.onnx")
     busy = _others_busy(5 * tuning.cpus())
     try:
         env = {k: v for k, v in os.environ.items() if k != "NAVIGATOR_IGNORE_LOAD"}
