@@ -56,6 +56,9 @@ class ProfileSpec(Record):
     settings: dict = field(default_factory=dict)            # navigator.execution.profiling.ProfileSettings
     race: bool = False   # measured in the race job (navigator.execution.race_job), not in the format's worker
     screen: bool = False  # the run's only (format, runner): screened in its own worker, nothing to race
+    # cores other processes kept busy before this screening, when that loaded the machine (None: quiet);
+    # navigator.execution.profiling.screen_settings
+    loaded: float | None = None
 
 
 @dataclass
@@ -174,6 +177,9 @@ class Job(Record):
     # The race job: format keys best cannot pick (a server would not run them as verified:
     # navigator.formats.serving_refusal); raced, never tuned
     not_best: list[str] = field(default_factory=list)
+    # The race job: cores other processes kept busy over the run so far, when that loaded the machine
+    # (None: quiet); its first screening is adapted to it (profiling.screen_settings)
+    busy: float | None = None
 
     _nested: ClassVar = {"tasks": (Task, "list"), "race_peers": (RacePeer, "list")}
 

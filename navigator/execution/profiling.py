@@ -42,6 +42,17 @@ LOADED_SHARE = 0.25
 LOAD_SAMPLE_S = 0.25   # the shortest span the machine's load is read over
 
 
+def screen_settings(busy: float | None) -> dict:
+    """The screening's settings (:data:`SCREEN`); on a loaded machine (``busy`` not None) at
+    :data:`MIN_WINDOWS` windows a batch size of 3 inferences or more, after at most 0.5 s of warm-up,
+    batch sizes from the largest down: a torch runner whose threads share the cores with other
+    processes stalls in its parallel regions, up to ~90 ms an inference whatever its batch size (21/s at
+    batch 1, 171/s at 16 beside two busy loops; 7,700/s at 64 when it ran), so windows of 10 inferences
+    at every size took most of the race worker's time, and the peak is rarely at the small sizes."""
+    loaded = {"max_windows": MIN_WINDOWS, "descending": True, "window_min_iters": 3, "warmup_max_s": 0.5}
+    return SCREEN | (loaded if busy is not None else {})
+
+
 def busy_cores(since, now=None) -> float | None:
     """Cores other processes (outside the tree of ``since.root``: the run's calling process) kept
     busy since ``since`` (a :class:`navigator.machine.CpuUse`) when that counts as loaded
@@ -77,6 +88,8 @@ class ProfileSettings:
     # then the peak's doubling neighbours not measured yet (peak / 2, peak * 2), so the peak is still
     # located to a power of two in 5-6 sizes instead of 7 (max 64) -- the same sizes where it is interior
     coarse: bool = False
+    # the sweep's sizes from the largest down, stopping when a smaller one is not ahead (screen_settings)
+    descending: bool = False
 
 
 @dataclass
@@ -208,6 +221,8 @@ def sweep(infer, sample: dict, batch_dim: int | None, settings: ProfileSettings)
         sizes = doubling[::2] + ([doubling[-1]] if len(doubling) % 2 == 0 else [])
     else:
         sizes = doubling
+    if settings.descending and not settings.batch_sizes:
+        sizes = sizes[::-1]
 
     def at(size: int) -> bool:
         """Measure ``size``; False once the budget has ended (nothing measured)."""

@@ -41,12 +41,16 @@ from pathlib import Path
 from navigator.execution import racing
 from navigator.execution.jobs import Event, Job, PeerWindow, RacePeer, RunnerTask, Task
 from navigator.execution.profiling import (  # noqa: F401  (the screening and race-window settings)
-    LOAD_SAMPLE_S, RACE_WINDOW_S, REWARM_S, SCREEN, SCREEN_BUDGET_S, busy_cores, race_window)
-from navigator.machine import CpuUse
+    LOAD_SAMPLE_S, RACE_WINDOW_S, REWARM_S, SCREEN_BUDGET_S, busy_cores, race_window)
+from navigator.machine import CpuUse, affinity_cores
 
 log = logging.getLogger("navigator.worker")
 
 RACE_MAX_ROUNDS = 30
+# on a loaded machine (other processes kept LOADED_SHARE of the cores busy over the screenings) the race
+# ends after this many rounds: its windows then swing with the other processes' load (spreads 0.5-2 beside a
+# second benchmark), so rounds beyond it measured that load and settled nothing (the pick says it is unsure)
+RACE_LOADED_ROUNDS = 10
 KEEP_LOADED_BYTES = 1 << 30
 PEER_WAIT_S = 120.0   # the longest a window of the calling process may take to come back
 
@@ -201,18 +205,17 @@ def _settings(task: Task, sample: dict, **over):
 
 
 def _screen(ws, entry: _Entry, keep: bool, busy: float | None = None) -> dict:
-    """``entry``'s screening; at :data:`MIN_WINDOWS` windows a batch size when other processes kept
-    ``busy`` cores busy (not None: loaded, :data:`navigator.execution.profiling.LOADED_SHARE`)."""
-    from navigator.execution.profiling import MIN_WINDOWS, sweep
+    """``entry``'s screening; as on a loaded machine when other processes kept ``busy`` cores busy
+    (not None: :func:`navigator.execution.profiling.screen_settings`)."""
+    from navigator.execution.profiling import MIN_WINDOWS, screen_settings, sweep
 
     task = entry.task
     sample = _sample(ws, task)
     full = _settings(task, sample)
-    over = SCREEN | ({"max_windows": MIN_WINDOWS} if busy is not None else {})
-    settings = _settings(task, sample, **over, budget_s=min(full.budget_s, SCREEN_BUDGET_S))
+    settings = _settings(task, sample, **screen_settings(busy), budget_s=min(full.budget_s, SCREEN_BUDGET_S))
     if busy is not None:
-        log.info("screening %s at %d windows a batch size: other processes kept %.1f cores busy", entry.name,
-                 MIN_WINDOWS, busy)
+        log.info("screening %s at %d windows a batch size, largest first: other processes kept %.1f cores busy",
+                 entry.name, MIN_WINDOWS, busy)
     _load(ws, entry)
     try:
         outcome = sweep(entry.infer, sample, task.profile.batch_dim, settings)
@@ -262,7 +265,7 @@ def run_race(ws, events, job: Job) -> int:
     total_budget = budget * (len(job.tasks) + len({p.key for p in peers}))
     start = time.perf_counter()
     began = last = CpuUse.now(job.parent_pid)   # the run's own processes are not "others"
-    busy = None
+    busy = job.busy   # the load over the run so far, until one over a screening is read
     for entry in entries:
         key, rkey = entry.task.key, entry.spec.key
         events.emit(Event(task=entry.index, key=key, stage="profile", runner=rkey, event="start"))
@@ -303,7 +306,7 @@ def run_race(ws, events, job: Job) -> int:
                           "memory at once; their screening figures stand"}))
         elif len(chosen) >= 2:
             left = max(1.0, min(budget, total_budget - (time.perf_counter() - start)))
-            records |= _run_race(ws, events, chosen, left, settings)
+            records |= _run_race(ws, events, chosen, left, settings, busy_screening)
         pick = _best_pick([*entries, *peers], records, set(job.not_best))
         if isinstance(pick, _Entry) and keep:   # a live module's runner (a peer) lives in the calling process
             _tune_leader(ws, events, pick, records[pick.name],
@@ -315,15 +318,16 @@ def run_race(ws, events, job: Job) -> int:
     return 0
 
 
-def _run_race(ws, events, chosen: list, budget_s: float, settings: dict) -> dict:
+def _run_race(ws, events, chosen: list, budget_s: float, settings: dict, busy: float | None = None) -> dict:
     """The race of ``chosen``, its events; returns each contender's profile record by name (none
-    when the race failed: the screening figures stand)."""
+    when the race failed: the screening figures stand). ``busy``: cores other processes kept busy
+    over the screenings when that loaded the machine (:data:`RACE_LOADED_ROUNDS`)."""
     from navigator.errors import error_text
 
     events.emit(Event(task=chosen[0].index, key="race", stage="race", runner=None, event="start"))
     t0 = time.perf_counter()
     try:
-        result = _race(ws, events, chosen, budget_s, settings)
+        result = _race(ws, events, chosen, budget_s, settings, busy)
     except Exception as e:
         log.exception("the race failed")
         events.emit(Event(task=chosen[0].index, key="race", stage="race", event="end",
@@ -381,7 +385,7 @@ def _tune_leader(ws, events, entry: _Entry, record: dict, budget_s: float, setti
     events.emit(Event(task=entry.index, key=entry.key, stage="profile", runner=entry.rkey, event="end", result=out))
 
 
-def _race(ws, events, chosen: list, budget_s: float, settings: dict) -> racing.RaceResult:
+def _race(ws, events, chosen: list, budget_s: float, settings: dict, busy: float | None = None) -> racing.RaceResult:
     """Load the contenders (unless still loaded), warm each up again, and race them; a peer's
     windows come from the calling process. The race logs to the race worker's own log
     (jobs/race.log)."""
@@ -413,10 +417,14 @@ def _race(ws, events, chosen: list, budget_s: float, settings: dict) -> racing.R
         return racing.Window(batch_size=ent.batch_size, latencies=lat)
 
     try:
-        result = racing.race([e.entrant for e in chosen], measure, budget_s, max_rounds=RACE_MAX_ROUNDS)
+        result = racing.race([e.entrant for e in chosen], measure, budget_s,
+                             max_rounds=RACE_MAX_ROUNDS if busy is None else RACE_LOADED_ROUNDS)
     finally:
         if caller is not None:
             caller.close()
+    if busy is not None and (result.reason or "").startswith(f"{RACE_LOADED_ROUNDS} rounds left"):
+        result.reason = (f"{result.reason}: other processes kept {busy:.1f} of the {affinity_cores()} cores busy, "
+                         "so more rounds would measure their load (NAVIGATOR_IGNORE_LOAD=1 races on)")
     log.info("race of %s: leader %s after %d rounds, %s", ", ".join(e.name for e in chosen), result.leader,
              result.rounds, "settled" if result.settled else result.reason)
     return result

@@ -17,7 +17,8 @@ separated from the leader are the contenders; their windows are then measured in
 turn (one window of each, round after round, so drift of the machine hits all of
 them alike; the order alternates round by round) until the leader is separated from
 every other contender -- each dropped as soon as it is, or as soon as it lost each of the
-last rounds to the leader (:func:`paired_lead`) -- or those left are within
+last rounds to the leader (:func:`paired_lead`) or is shown slower over all of them
+(:func:`paired_bound`) -- or those left are within
 :data:`RACE_TIE` of each other (a tie), or the leader is shown to be at most :data:`RACE_NEAR`
 behind each of those left (:func:`near_bound`), or the budget ends, which the result says. The driver
 takes the window function and the clock as arguments: the worker passes real ones,
@@ -47,7 +48,9 @@ RACE_TIE = 0.02
 RACE_TIE_ROUNDS = 6
 # the paired rule: slower than the leader in each of the last RACE_PAIRED rounds, by RACE_TIE or more in
 # the median round and on the mean, is out (two equal runners: one wins all 5 rounds 1 time in 16; the
-# order alternates, and drift cancels in each round's ratio). Why and what it saved: speed_cpu.md
+# order alternates, and drift cancels in each round's ratio). Why and what it saved: speed_cpu.md. From
+# RACE_PAIRED rounds on, so is a contender the paired t bound over every round shows RACE_TIE slower or more
+# (~97.5%): windows that swing with the load lose some rounds either way, yet their mean ratio still tells
 RACE_PAIRED = 5
 # the near rule: after RACE_NEAR_ROUNDS rounds, a leader that is at most RACE_NEAR behind each other
 # contender at ~97.5% one-sided confidence (the paired rounds' log ratios: mean less t standard errors)
@@ -176,25 +179,38 @@ def paired_gain(a: Entrant, b: Entrant) -> float | None:
     return rate(a.windows[:n]) / slow if slow > 0 else None
 
 
-def near_bound(lead: Entrant, other: Entrant) -> float | None:
+# Student's t at 97.5% (one-sided) for 1..9 degrees of freedom; from 9 on the approximation in _t975
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262)
+
+
+def _t975(df: int) -> float:
+    if df <= len(_T975):
+        return _T975[df - 1]
+    return 1.96 + 2.37 / df + 2.82 / df ** 2   # within 0.005 of the exact value from df 9
+
+
+def paired_bound(lead: Entrant, other: Entrant, min_rounds: int) -> float | None:
     """A lower bound (~97.5%, one-sided) on ``lead``'s throughput over ``other``'s, from every
     round both raced (a paired t bound on the windows' log ratios; drift cancels in each round);
-    None before :data:`RACE_NEAR_ROUNDS` such rounds."""
+    None before ``min_rounds`` such rounds."""
     import math
 
     n = min(len(lead.windows), len(other.windows))
-    if n < RACE_NEAR_ROUNDS or len(lead.windows) != len(other.windows):
+    if n < max(2, min_rounds) or len(lead.windows) != len(other.windows):
         return None
     logs = [math.log(a.throughput / b.throughput) for a, b in zip(lead.windows, other.windows)
             if a.throughput > 0 and b.throughput > 0]
-    if len(logs) < RACE_NEAR_ROUNDS:
+    if len(logs) < max(2, min_rounds):
         return None
     k = len(logs)
     mean = sum(logs) / k
     sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (k - 1))
-    df = k - 1
-    t = 1.96 + 2.37 / df + 2.82 / df ** 2   # Student's t at 97.5% for df degrees of freedom, within 0.005 from df 9
-    return math.exp(mean - t * sd / math.sqrt(k))
+    return math.exp(mean - _t975(k - 1) * sd / math.sqrt(k))
+
+
+def near_bound(lead: Entrant, other: Entrant) -> float | None:
+    """:func:`paired_bound` from :data:`RACE_NEAR_ROUNDS` rounds on (the near rule)."""
+    return paired_bound(lead, other, RACE_NEAR_ROUNDS)
 
 
 def contenders(screened: list[Entrant]) -> list[Entrant]:
@@ -243,6 +259,9 @@ def race(entrants: list[Entrant], window: Callable[[Entrant], Window], budget_s:
                 elif (ratio := paired_lead(lead, e)) is not None:
                     e.out = (f"behind {lead.name} in each of the last {RACE_PAIRED} interleaved rounds "
                              f"({ratio:.2f}x in the median one) after {len(e.windows)} race windows")
+                elif (bound := paired_bound(lead, e, RACE_PAIRED)) is not None and bound > 1.0 + RACE_TIE:
+                    e.out = (f"slower than {lead.name} over {len(e.windows)} interleaved rounds (~97.5% "
+                             f"confidence, paired: {lead.name} at least {bound:.2f}x ahead)")
                 if e.out:
                     live.remove(e)
             result.leader = lead.name

@@ -476,9 +476,13 @@ def run_profile(ws, task: Task, runner, io_names: dict) -> dict:
     prof = task.profile
     settings = ProfileSettings(**prof.settings)
     if prof.screen:   # the run's only (format, runner): its screening is all there is to measure
-        from navigator.execution.profiling import SCREEN, SCREEN_BUDGET_S
+        from navigator.execution.profiling import SCREEN_BUDGET_S, screen_settings
 
-        settings = ProfileSettings(**(prof.settings | SCREEN | {"budget_s": min(settings.budget_s, SCREEN_BUDGET_S)}))
+        settings = ProfileSettings(**(prof.settings | screen_settings(prof.loaded)
+                                      | {"budget_s": min(settings.budget_s, SCREEN_BUDGET_S)}))
+        if prof.loaded is not None:
+            log.info("screening as on a loaded machine (fewer windows, largest batch first): other processes "
+                     "kept %.1f cores busy", prof.loaded)
     sample = stored_sample(ws, io_names)
     if settings.batch_sizes == [0] and prof.batch_dim is not None:   # static shapes: the sample's batch
         own = next(iter(sample.values())).shape[prof.batch_dim]

@@ -40,6 +40,14 @@ class RaceState:
 
     pending: dict[str, Any] = field(default_factory=dict)   # key -> (planned item, runner keys) to race
     peers: dict[Any, Any] = field(default_factory=dict)
+    since: Any = None   # a navigator.machine.CpuUse at the run's start: the load other processes put on it since
+
+    def loaded(self) -> float | None:
+        """Cores other processes kept busy since the run started, when that loaded the machine
+        (:func:`navigator.execution.profiling.busy_cores`); None: quiet or unknown."""
+        from navigator.execution.profiling import busy_cores
+
+        return None if self.since is None else busy_cores(self.since)
 
 
 @dataclass

@@ -123,6 +123,10 @@ def _measure_here(ctx: RunContext, job: Job, outcome) -> None:
         return
     tail = EventTail(Path(job.events))
     tail.read()   # what the job's thread wrote was applied already
+    busy = ctx.race.loaded()   # a screening here is adapted to the load (profiling.screen_settings)
+    for _, task, *_ in deferred:
+        if task.profile is not None and task.profile.screen:
+            task.profile.loaded = busy
 
     def apply_new() -> None:
         with ctx.par.locked():

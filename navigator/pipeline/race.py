@@ -228,7 +228,7 @@ def _run_race(ctx: RunContext, isolation) -> None:
 
         not_best = [t.key for t in tasks if formats.serving_refusal(t.key, ctx.status.formats[t.key])]
         job = Job(workspace=str(ctx.ws.root), events=str(ctx.ws.events_file("race")), tasks=tasks, race=True,
-                  parent_pid=os.getpid(), race_peers=peers, not_best=not_best)
+                  parent_pid=os.getpid(), race_peers=peers, not_best=not_best, busy=ctx.race.loaded())
         ctx.book.process_starts += 1
         start = time.perf_counter()
         outcome = isolation.run_worker(job, ctx.ws.job_file("race"), ctx.ws.race_log,

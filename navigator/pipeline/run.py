@@ -158,7 +158,7 @@ def _run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_
          server) -> RunOutcome:
     t0 = time.perf_counter()
     # what other processes use meanwhile sizes the parallel work (auto --jobs)
-    cpu_at_start = CpuUse.now() if not config.jobs and not config.no_race else None
+    cpu_at_start = CpuUse.now()
     explicit_memory_gb = config.worker_memory_gb
     config = config.resolved()
     device, runner_devices = resolve_device(config.device)
@@ -199,7 +199,8 @@ def _run(model: Any, samples: Any, config: NavigatorConfig, reporter, *, verify_
                              runner_devices=runner_devices, resume_from=previous,
                              verify_func=verify_func, book=RunBook(timings=timings), defer_profiles=defer_profiles,
                              forkserver=server)
-            busy = None if cpu_at_start is None or len(planned) < 2 else _busy_cores(cpu_at_start)
+            ctx.race.since = cpu_at_start
+            busy = None if config.jobs or config.no_race or len(planned) < 2 else _busy_cores(cpu_at_start)
             ctx.par.jobs = schedule.job_count(config.jobs, explicit_memory_gb=explicit_memory_gb,
                                               no_race=config.no_race, size_bytes=schedule.model_bytes(source.path),
                                               busy_cores=busy)

@@ -219,6 +219,33 @@ def test_a_coarse_sweep_steps_x4_then_measures_the_peaks_neighbours(clock, rate,
     assert max(full.results, key=lambda r: r["throughput"])["batch_size"] == peak
 
 
+@pytest.mark.parametrize("rate, measured, peak", [
+    # still gaining at the largest size: 16 is behind 64, and 32 between them is not measured (2 sizes, not 4)
+    ({1: 1e3, 2: 1.6e3, 4: 2.5e3, 8: 3.8e3, 16: 4.6e3, 32: 6.4e3, 64: 7.1e3}, [64, 16], 64),
+    # flattening at the top: 16 behind 64, then 32 rounds the peak
+    ({1: 1e3, 2: 1.6e3, 4: 2.5e3, 8: 3.8e3, 16: 6e3, 32: 6.9e3, 64: 6.6e3}, [64, 16, 32], 32),
+    # a peak between the x4 steps: 16 ahead of 64, 4 behind; both of 16's neighbours
+    ({1: 1e3, 2: 1.8e3, 4: 3e3, 8: 5e3, 16: 7e3, 32: 8e3, 64: 6e3}, [64, 16, 4, 8, 32], 32),
+    # a peak at the small sizes is still found, at the cost of the sizes above it
+    ({1: 1e3, 2: 1.5e3, 4: 2e3, 8: 2.4e3, 16: 1.9e3, 32: 1.5e3, 64: 1e3}, [64, 16, 4, 1, 2, 8], 8),
+])
+def test_a_loaded_screening_goes_from_the_largest_batch_down(clock, rate, measured, peak):
+    """On a loaded machine (profiling.screen_settings) the coarse grid is measured from the largest size
+    down, stopping when a smaller size is not ahead: a runner that stalls at every parallel region spends
+    seconds on its small batches, and the peak is rarely there; the same curves' peaks are found."""
+    def cost(b):
+        return b / rate[b]
+
+    over = profiling.screen_settings(1.0)
+    assert over["descending"] and over["max_windows"] == profiling.MIN_WINDOWS and "descending" not in \
+        profiling.screen_settings(None)
+    settings = ProfileSettings(**(over | {"max_batch_size": 64, "window_s": 0.0, "warmup_iters": 0}))
+    out = sweep(infer_with(clock, cost), SAMPLE, 0, settings)
+    assert list(dict.fromkeys(clock.calls)) == measured
+    assert [r["batch_size"] for r in out.results] == sorted(measured)
+    assert max(out.results, key=lambda r: r["throughput"])["batch_size"] == peak
+
+
 @pytest.mark.parametrize("max_batch, grid", [(1, [1]), (2, [1, 2]), (8, [1, 4, 8]), (32, [1, 4, 16, 32]),
                                              (100, [1, 4, 16, 64])])
 def test_a_coarse_sweep_ends_at_the_largest_power_of_two_allowed(clock, max_batch, grid):

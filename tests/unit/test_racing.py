@@ -263,6 +263,25 @@ def test_a_contender_behind_in_every_paired_round_is_out_though_the_ranges_overl
         assert result.rounds == racing.RACE_TIE_ROUNDS
 
 
+def test_a_contender_shown_slower_over_the_paired_rounds_is_out_though_it_won_one():
+    """A loaded machine: windows swing 60-140 round by round and b wins round 3, so neither the
+    range rule nor the every-round rule can drop it; over the 5 paired rounds a is at least 1.02x
+    ahead at ~97.5% (a t bound on the log ratios), so b is out and the race settles. The same swings
+    with b 1% behind on average bound nothing: the race goes on."""
+    drift = [100.0, 60.0, 140.0, 80.0, 120.0]
+    ratios = [1.3, 1.5, 0.95, 1.4, 1.35]
+    a, b = _entrants(("a", 100.0, 0.05), ("b", 97.0, 0.05))
+    result = race([a, b], _windows({"a": [x * r for x, r in zip(drift, ratios)], "b": drift}), budget_s=100.0,
+                  clock=_clock(0.1))
+    assert result.settled and result.leader == "a" and result.rounds == racing.RACE_PAIRED
+    assert b.out.startswith("slower than a over 5 interleaved rounds") and "at least 1.03x ahead" in b.out
+    assert racing.paired_lead(a, b) is None and not separated(*a.figure(), *b.figure())
+    a, b = _entrants(("a", 100.0, 0.05), ("b", 97.0, 0.05))
+    result = race([a, b], _windows({"a": [x * r for x, r in zip(drift, [1.3, 0.8, 1.0, 1.1, 0.9])], "b": drift}),
+                  budget_s=2.0, clock=_clock(0.1))
+    assert not result.settled and b.out is None and a.out is None
+
+
 def test_equal_contenders_under_drift_end_the_race_as_a_paired_tie():
     """The same kernels twice (two ONNX graphs of one CNN) on a machine whose load drifts: the
     windows spread ~0.3, too unstable for the figures' tie rule, but round by round they are
