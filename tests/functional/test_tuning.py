@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -208,6 +209,8 @@ def test_a_loaded_machine_screens_in_fewer_windows_and_tunes_nothing(tmp_path):
     assert tuned[0].tuning["reason"].startswith("not tuned: other processes kept")
     log = Path(result.workspace, "jobs", "race.log").read_text()
     assert log.count("at 3 windows a batch size, largest first: other processes kept") == 2
+    from navigator.execution.race_job import RACE_LOADED_ROUNDS   # the race, if any, ends by then
+    assert all(int(n) <= RACE_LOADED_ROUNDS for n in re.findall(r"race of .*: leader .* after (\d+) rounds", log))
 
 
 def _others_busy(n: int) -> list[int]:
