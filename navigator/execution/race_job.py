@@ -422,7 +422,7 @@ def _race(ws, events, chosen: list, budget_s: float, settings: dict, busy: float
     finally:
         if caller is not None:
             caller.close()
-    if busy is not None and (result.reason or "").startswith(f"{RACE_LOADED_ROUNDS} rounds left"):
+    if busy is not None and result.capped:
         result.reason = (f"{result.reason}: other processes kept {busy:.1f} of the {affinity_cores()} cores busy, "
                          "so more rounds would measure their load (NAVIGATOR_IGNORE_LOAD=1 races on)")
     log.info("race of %s: leader %s after %d rounds, %s", ", ".join(e.name for e in chosen), result.leader,

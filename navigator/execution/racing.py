@@ -127,6 +127,7 @@ class RaceResult:
     settled: bool                   # the leader is separated from every other contender
     rounds: int
     reason: str | None = None       # why not settled (the budget ended, ...)
+    capped: bool = False            # max_rounds ended it
     entrants: dict[str, Entrant] = field(default_factory=dict)
 
 
@@ -179,7 +180,7 @@ def paired_gain(a: Entrant, b: Entrant) -> float | None:
     return rate(a.windows[:n]) / slow if slow > 0 else None
 
 
-# Student's t at 97.5% (one-sided) for 1..9 degrees of freedom; from 9 on the approximation in _t975
+# Student's t at 97.5% (one-sided) for 1..9 degrees of freedom; from 10 on the approximation in _t975
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262)
 
 
@@ -286,6 +287,7 @@ def race(entrants: list[Entrant], window: Callable[[Entrant], Window], budget_s:
             break
         if result.rounds >= max_rounds:
             result.reason = f"{max_rounds} rounds left {', '.join(e.name for e in live)} not separated"
+            result.capped = True
             break
     if result.leader is None:   # too few rounds for race figures: the screening's order
         result.leader = max(live, key=lambda e: e.figure()[0]).name

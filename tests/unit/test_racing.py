@@ -240,6 +240,11 @@ def test_a_budget_that_ends_the_race_says_so():
     result = race(entrants, _windows({"a": [60.0, 140.0], "b": [140.0, 60.0]}), budget_s=1.0, clock=_clock(0.1))
     assert not result.settled and "budget of 1 s ended the race" in result.reason
     assert result.leader in ("a", "b") and entrants[0].out is None and entrants[1].out is None
+    assert not result.capped
+    entrants = _entrants(("a", 100.0, 0.2), ("b", 99.0, 0.2))
+    result = race(entrants, _windows({"a": [60.0, 140.0], "b": [140.0, 60.0]}), budget_s=100.0, clock=_clock(0.1),
+                  max_rounds=4)
+    assert result.capped and result.rounds == 4 and result.reason.startswith("4 rounds left")
 
 
 def test_a_contender_behind_in_every_paired_round_is_out_though_the_ranges_overlap():
