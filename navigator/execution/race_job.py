@@ -242,10 +242,10 @@ def _race_record(entry: _Entry, result: racing.RaceResult) -> dict:
     record["results"] = [figure if r["batch_size"] == e.batch_size else r for r in record["results"]]
     record["phase"] = "race"
     record["stable"] = not racing.unstable(spread)
-    if not result.settled:
-        record["reason"] = result.reason
-    elif e.out:
+    if e.out:   # dropped, whether or not the race settled among the others
         record["reason"] = f"{racing.OUT}{e.out}"
+    elif not result.settled:
+        record["reason"] = result.reason
     else:
         record["reason"] = f"won the race after {len(e.windows)} interleaved windows"
     return record
@@ -351,11 +351,12 @@ def _run_race(ws, events, chosen: list, budget_s: float, settings: dict, busy: f
 
 def _best_pick(entries: list, records: dict, not_best: set):
     """The (format, runner) best will pick from these figures: the highest peak (a raced figure
-    first, as ProfileStep.peak) among those of a format a server runs as verified; None without one."""
+    first, as ProfileStep.peak) among those of a format a server runs as verified, one the race
+    dropped after every other (as outcome.select_best); None without one."""
     from navigator.workspace.status import peak_of
 
-    def peak(record: dict) -> float:
-        return peak_of(record["results"])["throughput"]
+    def peak(record: dict) -> tuple[bool, float]:
+        return not racing.dropped(record.get("reason")), peak_of(record["results"])["throughput"]
 
     eligible = [e for e in entries if e.name in records and e.key not in not_best and records[e.name].get("results")]
     return max(eligible, key=lambda e: peak(records[e.name]), default=None)

@@ -60,6 +60,13 @@ RACE_NEAR_ROUNDS = 10
 OUT = "out of the race: "   # a profile's reason for a contender the race dropped (best reads it)
 
 
+def dropped(reason: str | None) -> bool:
+    """A profile's ``reason`` says the race dropped it (:data:`OUT`): it ranks below the race's
+    leader whatever its figure, which froze when it left while the leader's later windows went on
+    with the machine's load."""
+    return (reason or "").startswith(OUT)
+
+
 def half_spread(spread: float | None, floor: float = SPREAD_FLOOR) -> float:
     """Half the relative window range, at least half of ``floor`` (:data:`SPREAD_FLOOR`, or
     :data:`CROSS_FLOOR` between the two processes' screenings); a figure recorded without a

@@ -10,7 +10,9 @@ from navigator.workspace.status import Best, RunnerUp, Status
 
 def select_best(st: Status, *, no_profile: bool) -> Best | None:
     """Highest throughput among verified (format, runner) of formats a server runs as they were
-    verified (formats.serving_refusal); by preference with --no-profile."""
+    verified (formats.serving_refusal), a contender the race dropped after the others (its figure
+    froze when it left; the leader's later windows may read lower on a loaded machine, and its
+    margin then is below 1); by preference with --no-profile."""
     candidates = []
     for key, fs in st.formats.items():
         if fs.convert.status != "ok" or formats.serving_refusal(key, fs):   # best is what a server runs as verified
@@ -19,19 +21,20 @@ def select_best(st: Status, *, no_profile: bool) -> Best | None:
             if rs.verify.status != "ok":
                 continue
             peak = rs.profile.peak() if rs.profile.status == "ok" else None
-            candidates.append((key, rkey, peak))
+            candidates.append((key, rkey, peak, racing.dropped(rs.profile.reason)))
     if not candidates:
         return None
     profiled = [c for c in candidates if c[2] is not None]
     if profiled and not no_profile:
-        ranked = sorted(profiled, key=lambda c: c[2].throughput, reverse=True)
-        key, rkey, peak = ranked[0]
+        # the race's leader before any contender it dropped: a dropped one's figure froze when it left
+        ranked = sorted(profiled, key=lambda c: (not c[3], c[2].throughput), reverse=True)
+        key, rkey, peak, _ = ranked[0]
         best = Best(key=key, runner=rkey, batch_size=peak.batch_size, throughput=peak.throughput, basis="profile",
                     spread=peak.spread)
         profile = st.formats[key].runners[rkey].profile
         best.stable = bool(profile.stable) and not racing.unstable(peak.spread)
         if len(ranked) > 1:
-            k2, r2, p2 = ranked[1]
+            k2, r2, p2, _ = ranked[1]
             best.runner_up = RunnerUp(key=k2, runner=r2, batch_size=p2.batch_size, throughput=p2.throughput,
                                       spread=p2.spread)
             best.margin = round(peak.throughput / p2.throughput, 4) if p2.throughput else None
@@ -39,12 +42,12 @@ def select_best(st: Status, *, no_profile: bool) -> Best | None:
             best.separated = racing.separated(peak.throughput, peak.spread, p2.throughput, p2.spread, floor)
             raced = bool(peak.raced and p2.raced)
             if raced:   # raced side by side: the race's verdict (its paired rule too)
-                best.separated = (st.formats[k2].runners[r2].profile.reason or "").startswith(racing.OUT)
+                best.separated = racing.dropped(st.formats[k2].runners[r2].profile.reason)
         else:
             floor, raced = racing.SPREAD_FLOOR, False
         best.note = trust_note(best, profile, floor, raced)
         return best
-    key, rkey, _ = min(candidates, key=lambda c: formats.preference_rank(c[0]))
+    key, rkey, *_ = min(candidates, key=lambda c: formats.preference_rank(c[0]))
     return Best(key=key, runner=rkey, basis="preference")
 
 

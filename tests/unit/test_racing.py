@@ -322,6 +322,47 @@ def test_best_between_two_raced_figures_is_the_races_verdict():
     assert "not separated from onnx-optimized on onnxruntime-cpu in the race: 1.05x" in tie.note
 
 
+def test_a_contender_the_race_dropped_ranks_below_its_leader_whatever_its_figure():
+    """The race dropped onnx-optimized at 100/s; the leader raced on and, the machine loaded, its
+    last windows read 97/s: best is still the leader (separated, its margin below 1), as is the
+    pair the race worker tunes (race_job._best_pick)."""
+    from types import SimpleNamespace as NS
+
+    from navigator.execution.race_job import _best_pick
+
+    st = _status(onnx=_runner([(8, 97.0, 0.2)]), onnx_optimized=_runner([(8, 100.0, 0.2)]))
+    for fs in st.formats.values():
+        fs.runners["onnxruntime-cpu"].profile.results[0].raced = True
+    st.formats["onnx-optimized"].runners["onnxruntime-cpu"].profile.reason = f"{racing.OUT}slower than onnx"
+    best = select_best(st, no_profile=False)
+    assert (best.key, best.runner_up.key, best.separated, best.margin) == ("onnx", "onnx-optimized", True, 0.97)
+    entries = [NS(name="onnx", key="onnx"), NS(name="opt", key="onnx-optimized")]
+    records = {"onnx": {"results": [{"batch_size": 8, "throughput": 97.0, "raced": True}], "reason": None},
+               "opt": {"results": [{"batch_size": 8, "throughput": 100.0, "raced": True}],
+                       "reason": f"{racing.OUT}slower than onnx"}}
+    assert _best_pick(entries, records, set()).key == "onnx"
+
+
+def test_an_unsettled_race_keeps_the_reason_a_contender_was_dropped_for():
+    """Three contenders; c is dropped, a and b end the race unsettled (the round cap): c's profile
+    still says it is out of the race and why, a's and b's say why the race did not settle."""
+    from types import SimpleNamespace as NS
+
+    from navigator.execution.race_job import _race_record
+
+    entrants = _entrants(("a", 100.0, 0.05), ("b", 99.0, 0.05), ("c", 98.0, 0.05))
+    result = race(entrants, _windows({"a": [100.0, 104.0, 96.0], "b": [101.0, 95.0, 103.0], "c": [60.0]}),
+                  budget_s=100.0, clock=_clock(0.1), max_rounds=4)
+    assert result.capped and entrants[2].out
+    records = {}
+    for e in entrants:
+        entry = NS(entrant=e, io=None, record={"results": [{"batch_size": e.batch_size, "throughput": 1.0}],
+                                               "phase": "screening", "stable": True, "reason": None})
+        records[e.name] = _race_record(entry, result)
+    assert racing.dropped(records["c"]["reason"]) and "separated from a" in records["c"]["reason"]
+    assert records["a"]["reason"] == records["b"]["reason"] == result.reason and not racing.dropped(result.reason)
+
+
 def test_contenders_within_two_percent_end_the_race_as_a_tie():
     """Two runners 1% apart with 4% window spreads: the range rule never separates them; after
     RACE_TIE_ROUNDS rounds the race ends, unsettled, and says it is a tie. 3% apart it goes on
