@@ -94,6 +94,16 @@ def _outputs_unchanged(ctx: RunContext, key: str, runner_key: str, recorded: str
     return bool(recorded) and bool(files) and npz.files_sha256(files) == recorded and same_reference
 
 
+def _profile_inputs(profile) -> dict | None:
+    """What a profile's figures depend on: its spec without ``loaded``, which says how the moment's
+    load shaped the screening, not what was measured (and is newer than the workspaces it resumes)."""
+    if profile is None:
+        return None
+    spec = profile.to_dict()
+    spec.pop("loaded", None)
+    return spec
+
+
 def reuse(ctx: RunContext, item, task: Task) -> tuple[Task | None, list[str]]:
     """Take from the earlier record what is unchanged; returns the task left to run (None when
     nothing is) and the runners verified before but not measured, for the caller to queue for
@@ -113,7 +123,7 @@ def reuse(ctx: RunContext, item, task: Task) -> tuple[Task | None, list[str]]:
     for spec in task.runners:
         verify_hash = step_hash(fs.convert.inputs_sha256, spec.key, task.verify.to_dict(), task.io_names,
                                 ctx.status.samples.sha256, ctx.status.samples.reference)
-        profile_hash = step_hash(verify_hash, task.profile.to_dict() if task.profile else None)
+        profile_hash = step_hash(verify_hash, _profile_inputs(task.profile))
         ctx.book.step_hashes[(item.key, spec.key, "verify")] = verify_hash
         ctx.book.step_hashes[(item.key, spec.key, "profile")] = profile_hash
         # a verify_func (a Python callable) cannot be compared with the last run's: verify again

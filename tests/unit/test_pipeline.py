@@ -167,8 +167,9 @@ ITEM = PlannedFormat(key="onnx-optimized", parent="onnx", converter=None, reques
 
 
 def _hashes(task: Task) -> tuple[str, str]:
+    """The hashes as the version before ProfileSpec.loaded recorded them."""
     v = step_hash("conv-hash", "onnxruntime-cpu", task.verify.to_dict(), task.io_names, "s", None)
-    return v, step_hash(v, task.profile.to_dict())
+    return v, step_hash(v, {k: x for k, x in task.profile.to_dict().items() if k != "loaded"})
 
 
 def _stored_outputs(ctx) -> str:
@@ -190,6 +191,18 @@ def test_unchanged_steps_are_reused_and_nothing_is_left_to_run(tmp_path):
     rs = ctx.status.formats["onnx-optimized"].runners["onnxruntime-cpu"]
     assert rs.verify.status == "ok" and rs.profile.results[0].throughput == 10.0
     assert ctx.book.step_hashes[("onnx-optimized", "onnxruntime-cpu", "verify")] == verify_hash
+
+
+def test_the_load_a_screening_adapted_to_is_no_input_of_its_profile(tmp_path):
+    """ProfileSpec.loaded (set when the machine was loaded) says how a screening was shaped, not
+    what it measured: a workspace of the version before it, or of a run on a loaded machine, is
+    resumed without measuring again."""
+    verify_hash, profile_hash = _hashes(_task())
+    ctx = _ctx(tmp_path, None)
+    ctx.resume_from = _old(verify_hash, profile_hash, outputs_sha256=_stored_outputs(ctx))
+    task = _task()
+    task.profile.loaded = 1.2
+    assert reuse(ctx, ITEM, task) == (None, [])
 
 
 @pytest.mark.parametrize("change", ["tolerance", "profile", "no record"])
