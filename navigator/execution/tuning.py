@@ -123,7 +123,9 @@ def tune(ws, task, spec: RunnerTask, infer, feed_at, batch_size: int, figure: tu
             record["defaults"] = row
         else:
             record["candidates"].append({"options": loaded[ent.name][0], **row})
-    winner = result.leader if result.settled else None
+    # unsettled, a leader still wins once the defaults are out: it was shown ahead of them, not of the
+    # candidates it tied with
+    winner = result.leader if result.settled or entrants[0].out else None
     gain = racing.paired_gain(result.entrants[winner], entrants[0]) if winner not in (None, DEFAULTS) else None
     if winner in (None, DEFAULTS) or gain is None or gain <= 1.0:
         record["reason"] = (f"the defaults {'won' if winner == DEFAULTS else 'were not beaten'}: "
@@ -143,6 +145,8 @@ def tune(ws, task, spec: RunnerTask, infer, feed_at, batch_size: int, figure: tu
         else:
             record["options"] = cand
             record["reason"] = f"{winner} separated from the defaults after {result.rounds} interleaved rounds"
+            if not result.settled:
+                record["reason"] += f" (the defaults out: {entrants[0].out}); then {result.reason}"
             won = result.entrants[winner]
             if max_batch is not None:
                 won, why, moved = climb(runner.profiling_infer()[0], won, feed_at, max_batch, budget_s, window)
@@ -265,15 +269,22 @@ def merged(record: dict, found: dict) -> dict:
     return out
 
 
-def screen_and_tune(ws, task, spec: RunnerTask, runner, io_names: dict, root: int | None = None) -> dict:
+def screen_and_tune(ws, task, spec: RunnerTask, runner, io_names: dict, root: int | None = None,
+                    began=None) -> dict:
     """The profile of a format worker's runner (:func:`navigator.execution.stages.run_profile`); the
-    run's only (format, runner), screened there with nothing to race, is tuned there too, unless
-    other processes than the run's (``root``'s tree) loaded the machine meanwhile."""
+    run's only (format, runner), screened there with nothing to race, is screened as on a loaded
+    machine when other processes than the run's (``root``'s tree) loaded it since ``began`` (a
+    :class:`navigator.machine.CpuUse`: the job's start), and tuned there too unless they loaded it
+    over the screening."""
+    import dataclasses
+
     from navigator.execution.profiling import busy_cores
     from navigator.execution.stages import run_profile
     from navigator.machine import CpuUse
 
     since = CpuUse.now(root)
+    if task.profile.screen and began is not None and task.profile.loaded is None:
+        task = dataclasses.replace(task, profile=dataclasses.replace(task.profile, loaded=busy_cores(began, since)))
     record = run_profile(ws, task, runner, io_names)
     if not task.profile.screen or not tunable(task, spec, record):
         return record

@@ -74,7 +74,10 @@ def _run_stage(events: Events, task_index: int, key: str, stage: str, runner: st
 
 def _run_format(ws, events: Events, i: int, task: Task, live, measure_later: list | None = None,
                 root: int | None = None) -> None:
+    from navigator.machine import CpuUse
+
     io_names = dict(task.io_names)
+    began = CpuUse.now(root)   # the load over this job's convert and verify shapes the run's only screening
     if task.convert is not None:
         result = _run_stage(events, i, task.key, "convert", None, lambda: stages.run_convert(ws, task, live),
                             ws.stage_log(task.key, "convert"))
@@ -97,7 +100,7 @@ def _run_format(ws, events: Events, i: int, task: Task, live, measure_later: lis
                 measure_later.append((i, task, spec, runner, io_names))
                 continue
             _run_stage(events, i, task.key, "profile", spec.key,
-                       lambda: tuning.screen_and_tune(ws, task, spec, runner, io_names, root),
+                       lambda: tuning.screen_and_tune(ws, task, spec, runner, io_names, root, began),
                        ws.stage_log(task.key, "profile"))
         if runner is not None:
             runner.deactivate()

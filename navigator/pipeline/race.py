@@ -51,6 +51,7 @@ def defer_profile(ctx: RunContext, item, task: Task) -> Task:
     if pairs == 1 and len(task.runners) == 1:   # nothing to race: screened in its own worker, no other start
         task = Task.from_dict(task.to_dict())
         task.profile.race, task.profile.screen = False, True
+        task.profile.loaded = ctx.race.loaded()   # the worker reads the load over its own steps when this is None
         return task
     queue_for_race(ctx, item, [r.key for r in task.runners])
     task = Task.from_dict(task.to_dict())

@@ -82,9 +82,10 @@ def _leader(raced):
     return ws, task, spec
 
 
-def _tune(ws, task, spec, fast: str, max_batch=None):
-    """Tune with windows whose latencies are fixed: ``fast`` (a candidate's label) runs at 1 ms a
-    batch whatever its size, the defaults at 2 ms, every other candidate at 3 ms."""
+def _tune(ws, task, spec, fast: str | tuple[str, ...], max_batch=None):
+    """Tune with windows whose latencies are fixed: ``fast`` (a candidate's label, or several) runs at
+    1 ms a batch whatever its size, the defaults at 2 ms, every other candidate at 3 ms."""
+    fast = (fast,) if isinstance(fast, str) else fast
     speeds: dict = {}
     loaded = []
 
@@ -100,7 +101,7 @@ def _tune(ws, task, spec, fast: str, max_batch=None):
 
     def load(cand):
         own = {k: v for k, v in cand.options.items() if k not in spec.options}
-        return open_runner(cand, 0.001 if tuning.label(own) == fast else 0.003)
+        return open_runner(cand, 0.001 if tuning.label(own) in fast else 0.003)
 
     def window(infer, f):
         infer(f)    # a real inference of the real runner: its options must work
@@ -155,6 +156,20 @@ def test_a_tie_keeps_the_defaults(raced):
     assert "options" not in record and "verify" not in record and record["reason"].startswith("the defaults won")
 
 
+def test_candidates_tied_with_each_other_and_ahead_of_the_defaults_keep_the_leader(raced):
+    """Every candidate twice as fast as the defaults and equal to each other: the defaults are out
+    at once; the race ends unsettled (a tie between the candidates), and its leader is kept -- shown
+    ahead of the defaults -- not the defaults."""
+    ws, task, spec = _leader(raced)
+    labels = tuple(tuning.label(c) for c in tuning.candidates(spec))
+    if len(labels) < 2:
+        pytest.skip(f"{len(labels)} tuning candidate on {tuning.cpus()} core(s): no two to tie")
+    record, _ = _tune(ws, task, spec, labels)
+    assert record["defaults"]["out"] and record["verify"] == "ok" and tuning.label(record["options"]) in labels
+    assert "separated from the defaults" in record["reason"] and "a tie" in record["reason"]
+    assert record["gain"] == pytest.approx(2.0, rel=0.01)
+
+
 def test_kept_options_become_the_backends_parameters(raced, tmp_path):
     """A workspace whose onnx runner kept intra_op_num_threads=1 and execution_mode=parallel: Triton's
     onnxruntime backend gets them as its own parameters, and the note says why."""
@@ -188,8 +203,9 @@ def test_a_loaded_machine_screens_in_fewer_windows_and_tunes_nothing(tmp_path):
     hold more than a quarter of the cores) from before the run starts: each of the race worker's
     screenings, the first too (the load over the run so far comes with its job), stops at 3 windows a
     batch size, largest first, and the winner is not tuned -- options measured under that load would fit
-    the load, not the server -- which its profile says; nothing is kept. (A 1024-wide MatMul: windows that
-    last their 30 ms, so the screenings outlast the 0.25 s a load is read over.)"""
+    the load, not the server -- which its profile says; nothing is kept. A run whose only pair is screened
+    in its format's worker screens it the same way. (A 1024-wide MatMul: windows that last their 30 ms,
+    so the screenings outlast the 0.25 s a load is read over.)"""
     from ..conftest import models
 
     model = models.save(models.foldable_mlp(features=1024), tmp_path / "foldable_mlp.onnx")
@@ -199,6 +215,8 @@ def test_a_loaded_machine_screens_in_fewer_windows_and_tunes_nothing(tmp_path):
         with mock.patch.dict(os.environ, env, clear=True):
             result = navigator.convert(model, workdir=tmp_path / "wd", targets=["onnx", "onnx-optimized"],
                                        **(FAST | {"max_batch_size": 64}))
+            alone = navigator.convert(model, workdir=tmp_path / "alone", targets=["onnx"],
+                                      **(FAST | {"max_batch_size": 64}))
     finally:
         for pid in busy:
             with contextlib.suppress(ProcessLookupError):
@@ -211,6 +229,11 @@ def test_a_loaded_machine_screens_in_fewer_windows_and_tunes_nothing(tmp_path):
     assert log.count("at 3 windows a batch size, largest first: other processes kept") == 2
     from navigator.execution.race_job import RACE_LOADED_ROUNDS   # the race, if any, ends by then
     assert all(int(n) <= RACE_LOADED_ROUNDS for n in re.findall(r"race of .*: leader .* after (\d+) rounds", log))
+    # the run's only pair, screened in its format's worker: adapted to the load over its convert and verify
+    assert alone.ok, alone.failures
+    (rs,) = [rs for fs in alone.status.formats.values() for rs in fs.runners.values()]
+    assert rs.profile.status == "ok" and rs.profile.phase == "screening"
+    assert "screening as on a loaded machine" in Path(alone.workspace, "formats", "onnx", "profile.log").read_text()
 
 
 def _others_busy(n: int) -> list[int]:
