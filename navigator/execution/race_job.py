@@ -4,14 +4,18 @@ on the machine (the parent starts it after every conversion and verification end
 1. **Screening.** Each runner is loaded and swept briefly (:data:`SCREEN`: 3 to 5
    windows per batch size; batch sizes x4 apart, stopping when a larger batch is not ahead
    by more than the windows' spread, or, while they are too noisy to tell, not ahead at
-   all; then the peak's two doubling neighbours). Its profile is reported at once with
-   ``phase: screening``.
+   all; then the peak's two doubling neighbours). On a loaded machine (other processes kept
+   a quarter of the cores busy over the run so far, then over the screening before) from the
+   largest batch size down at 3 windows each (:func:`~navigator.execution.profiling.screen_settings`).
+   Its profile is reported at once with ``phase: screening``.
 2. **Contenders.** The leader and every runner not separated from it
    (:func:`navigator.execution.racing.contenders`).
 3. **The race.** The contenders' windows at their screening peaks are measured in turn,
-   one window each per round (:func:`navigator.execution.racing.race`), until the leader
-   is separated from the rest or the budget ends; their profiles are then reported again
-   with the race figure at that batch size and ``phase: race``.
+   one window each per round (:func:`navigator.execution.racing.race`: each dropped once
+   separated from the leader, behind it in each of the last rounds or shown behind it over all
+   of them), until the leader is alone, a tie or the near rule ends it, or the budget, or
+   :data:`RACE_MAX_ROUNDS` (:data:`RACE_LOADED_ROUNDS` on a loaded machine); their profiles are
+   then reported again with the race figure at that batch size and ``phase: race``.
 
 Budget: ``--profile-budget-s`` is per format, as in a full sweep; screening takes at most
 :data:`SCREEN_BUDGET_S` of it per runner and the race at most one format's budget and
