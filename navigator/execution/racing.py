@@ -239,7 +239,8 @@ def contenders(screened: list[Entrant]) -> list[Entrant]:
 def race(entrants: list[Entrant], window: Callable[[Entrant], Window], budget_s: float,
          clock: Callable[[], float] = time.perf_counter, max_rounds: int = 200, near: bool = True) -> RaceResult:
     """Round-robin windows over ``entrants`` until one is separated from all others still
-    in, or ``budget_s`` (measured with ``clock``) or ``max_rounds`` ends it. ``window(e)``
+    in, or ``budget_s`` (measured with ``clock``: no round starts that would end past it, were it
+    as long as the last) or ``max_rounds`` ends it. ``window(e)``
     measures one window of ``e`` at ``e.batch_size``. ``near``: the near rule may end it (not
     where an unsettled race keeps the first entrant, as the tuning's defaults: a candidate shown
     faster would then be dropped with them)."""
@@ -249,7 +250,8 @@ def race(entrants: list[Entrant], window: Callable[[Entrant], Window], budget_s:
         result.leader = live[0].name if live else None
         result.settled = bool(live)
         return result
-    deadline = clock() + budget_s
+    before = clock()
+    deadline = before + budget_s
     while True:
         # alternate the order: what being measured first (or right after the other process) does
         # to a window falls on each contender in turn, not on the same one every round
@@ -288,10 +290,12 @@ def race(entrants: list[Entrant], window: Callable[[Entrant], Window], budget_s:
                                  f"(paired over {result.rounds} interleaved rounds, ~97.5% confidence): "
                                  "more rounds could only swap picks within 5% of each other")
                 return result
-        if clock() > deadline:
+        now = clock()
+        if now + (now - before) > deadline:   # another round like the last would end past the budget
             result.reason = (f"the profile budget of {budget_s:g} s ended the race with "
                              f"{', '.join(e.name for e in live)} not separated")
             break
+        before = now
         if result.rounds >= max_rounds:
             result.reason = f"{max_rounds} rounds left {', '.join(e.name for e in live)} not separated"
             result.capped = True

@@ -234,6 +234,20 @@ def test_the_race_interleaves_windows():
     assert order[:9] == ["a", "b", "c", "c", "b", "a", "a", "b", "c"]   # one each a round, the order alternating
 
 
+def test_no_round_starts_that_would_end_past_the_budget():
+    """Windows of a slow model (3 s each, two contenders: 6 s a round) and a 20 s budget: the race
+    stops after 3 rounds (18 s), not after the round that ends at 24 s."""
+    now = [0.0]
+
+    def window(e: Entrant) -> Window:
+        now[0] += 3.0
+        return Window(batch_size=1, latencies=[0.3] * 10)
+
+    entrants = _entrants(("a", 100.0, 0.3), ("b", 99.0, 0.3))
+    result = race(entrants, window, budget_s=20.0, clock=lambda: now[0])
+    assert result.rounds == 3 and now[0] == 18.0 and "budget of 20 s ended the race" in result.reason
+
+
 def test_a_budget_that_ends_the_race_says_so():
     entrants = _entrants(("a", 100.0, 0.2), ("b", 99.0, 0.2))
     # noisy, overlapping, out of phase: never separated, no tie, and no bound on either's lead
