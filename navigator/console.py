@@ -187,8 +187,8 @@ def best_line(b) -> str:
     line = f"best: {b.key} on {b.runner}{extra} (basis: {b.basis})"
     if b.note:
         return f"{line}; NOT A SURE PICK: {b.note}"
-    if b.separated and b.runner_up is not None:
-        return f"{line}; {b.margin:.2f}x ahead of {b.runner_up.key} on {b.runner_up.runner}, beyond the windows' spread"
+    if b.separated and b.lead():
+        return f"{line}; {b.lead()}"
     return line
 
 

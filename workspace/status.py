@@ -280,6 +280,19 @@ class Best(Record):
         """Measured, stable and (when there is a runner-up) separated from it."""
         return self.basis == "profile" and self.stable is not False and self.separated is not False
 
+    def lead(self) -> str | None:
+        """How the pick stands against its runner-up, in one clause; None without a measured one.
+        A margin below 1 is a contender the race dropped: its figure froze when it left, while the
+        pick's later windows read lower on a loaded machine."""
+        ru = self.runner_up
+        if ru is None or not self.margin:
+            return None
+        if self.margin < 1:
+            return (f"the race dropped {ru.key} on {ru.runner} (its figure, {ru.throughput:.1f}/s, froze when it "
+                    f"left; {self.key}'s later windows read {self.margin:.2f}x that)")
+        return f"{self.margin:.2f}x ahead of {ru.key} on {ru.runner}" + (
+            ", beyond the windows' spread" if self.separated else "")
+
 
 @dataclass
 class Status(Record):

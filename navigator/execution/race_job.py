@@ -356,14 +356,19 @@ def _run_race(ws, events, chosen: list, budget_s: float, settings: dict, busy: f
 def _best_pick(entries: list, records: dict, not_best: set):
     """The (format, runner) best will pick from these figures: the highest peak (a raced figure
     first, as ProfileStep.peak) among those of a format a server runs as verified, one the race
-    dropped after every other (as outcome.select_best); None without one."""
+    dropped below the pairs it kept, one its screening left out below both (:func:`racing.ranking`,
+    as outcome.select_best); None without one."""
     from navigator.workspace.status import peak_of
 
-    def peak(record: dict) -> tuple[bool, float]:
-        return not racing.dropped(record.get("reason")), peak_of(record["results"])["throughput"]
-
     eligible = [e for e in entries if e.name in records and e.key not in not_best and records[e.name].get("results")]
-    return max(eligible, key=lambda e: peak(records[e.name]), default=None)
+    figures = []
+    for e in eligible:
+        record = records[e.name]
+        peak = peak_of(record["results"])
+        figures.append((peak["throughput"], racing.standing(bool(peak.get("raced")), record.get("reason"),
+                                                            record.get("phase"))))
+    keys = racing.ranking(figures)
+    return max(zip(keys, eligible), key=lambda ke: ke[0], default=(None, None))[1]
 
 
 def _tune_leader(ws, events, entry: _Entry, record: dict, budget_s: float, settings: dict,

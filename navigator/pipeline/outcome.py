@@ -10,9 +10,10 @@ from navigator.workspace.status import Best, RunnerUp, Status
 
 def select_best(st: Status, *, no_profile: bool) -> Best | None:
     """Highest throughput among verified (format, runner) of formats a server runs as they were
-    verified (formats.serving_refusal), a contender the race dropped after the others (its figure
-    froze when it left; the leader's later windows may read lower on a loaded machine, and its
-    margin then is below 1); by preference with --no-profile."""
+    verified (formats.serving_refusal), a contender the race dropped below the pairs it kept and
+    a pair its screening left out below both (:func:`racing.ranking`: a figure froze when its pair
+    left; the leader's later windows may read lower on a loaded machine, and its margin then is
+    below 1); by preference with --no-profile."""
     candidates = []
     for key, fs in st.formats.items():
         if fs.convert.status != "ok" or formats.serving_refusal(key, fs):   # best is what a server runs as verified
@@ -21,13 +22,15 @@ def select_best(st: Status, *, no_profile: bool) -> Best | None:
             if rs.verify.status != "ok":
                 continue
             peak = rs.profile.peak() if rs.profile.status == "ok" else None
-            candidates.append((key, rkey, peak, racing.dropped(rs.profile.reason)))
+            where = racing.standing(bool(peak and peak.raced), rs.profile.reason, rs.profile.phase)
+            candidates.append((key, rkey, peak, where))
     if not candidates:
         return None
     profiled = [c for c in candidates if c[2] is not None]
     if profiled and not no_profile:
-        # the race's leader before any contender it dropped: a dropped one's figure froze when it left
-        ranked = sorted(profiled, key=lambda c: (not c[3], c[2].throughput), reverse=True)
+        # a contender the race dropped ranks below the pairs it kept: its figure froze when it left
+        keys = racing.ranking([(c[2].throughput, c[3]) for c in profiled])
+        ranked = [c for _, c in sorted(zip(keys, profiled), key=lambda kc: kc[0], reverse=True)]
         key, rkey, peak, _ = ranked[0]
         best = Best(key=key, runner=rkey, batch_size=peak.batch_size, throughput=peak.throughput, basis="profile",
                     spread=peak.spread)

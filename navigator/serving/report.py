@@ -47,9 +47,8 @@ def blocks(ws, st) -> list[tuple]:
     if st.best:
         b = st.best
         extra = f", {b.throughput:.1f}/s at batch {b.batch_size}" if b.throughput is not None else ""
-        sure = (f" Not a sure pick: {b.note}." if b.note else
-                f" {b.margin:.2f}x ahead of {b.runner_up.key} on {b.runner_up.runner}, beyond the windows' spread."
-                if b.separated and b.runner_up is not None and b.margin else "")
+        lead = b.lead() if b.separated else None
+        sure = f" Not a sure pick: {b.note}." if b.note else f" {lead[0].upper()}{lead[1:]}." if lead else ""
         out.append(("p", f"Best: **{b.key}** on {b.runner}{extra} (basis: {b.basis}).{sure}"))
     else:
         out.append(("p", "Best: none (no format was verified)."))

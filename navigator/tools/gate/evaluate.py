@@ -65,8 +65,7 @@ def _check_best(st, rule: str) -> Check | None:
     else:
         details_ok = b.stable is not False and (rule == "stable" or b.separated is not False)
         why, ok = (b.note or "measured, stable"
-                   + (f", {b.margin:.2f}x ahead of {b.runner_up.key} on {b.runner_up.runner}"
-                      if b.runner_up is not None and b.margin else "")), details_ok
+                   + (f", {b.lead()}" if b.lead() else "")), details_ok
     details = b.to_dict() if b is not None else {}
     if rule == "warn":
         return None if ok or b is None else Check("best", name, True, why, details, skipped=True)
