@@ -94,14 +94,15 @@ def _outputs_unchanged(ctx: RunContext, key: str, runner_key: str, recorded: str
     return bool(recorded) and bool(files) and npz.files_sha256(files) == recorded and same_reference
 
 
-def _profile_inputs(profile) -> dict | None:
-    """What a profile's figures depend on: its spec without ``loaded``, which says how the moment's
-    load shaped the screening, not what was measured (and is newer than the workspaces it resumes)."""
+def _profile_hashes(verify_hash: str, profile) -> tuple[str, str | None]:
+    """The profile step's hash -- what its figures depend on: its spec without ``loaded``, which says
+    how the moment's load shaped the screening, not what was measured -- and the one a workspace
+    of the version that hashed ``loaded: null`` recorded (None when there is no profile)."""
     if profile is None:
-        return None
+        return step_hash(verify_hash, None), None
     spec = profile.to_dict()
     spec.pop("loaded", None)
-    return spec
+    return step_hash(verify_hash, spec), step_hash(verify_hash, {**spec, "loaded": None})
 
 
 def reuse(ctx: RunContext, item, task: Task) -> tuple[Task | None, list[str]]:
@@ -123,7 +124,7 @@ def reuse(ctx: RunContext, item, task: Task) -> tuple[Task | None, list[str]]:
     for spec in task.runners:
         verify_hash = step_hash(fs.convert.inputs_sha256, spec.key, task.verify.to_dict(), task.io_names,
                                 ctx.status.samples.sha256, ctx.status.samples.reference)
-        profile_hash = step_hash(verify_hash, _profile_inputs(task.profile))
+        profile_hash, hashed_loaded = _profile_hashes(verify_hash, task.profile)
         ctx.book.step_hashes[(item.key, spec.key, "verify")] = verify_hash
         ctx.book.step_hashes[(item.key, spec.key, "profile")] = profile_hash
         # a verify_func (a Python callable) cannot be compared with the last run's: verify again
@@ -132,7 +133,7 @@ def reuse(ctx: RunContext, item, task: Task) -> tuple[Task | None, list[str]]:
         verified = (before is not None and before.verify.status == "ok" and before.verify.inputs_sha256 == verify_hash
                     and _outputs_unchanged(ctx, item.key, spec.key, before.verify.outputs_sha256))
         profiled = task.profile is None or (before is not None and before.profile.status == "ok"
-                                            and before.profile.inputs_sha256 == profile_hash)
+                                            and before.profile.inputs_sha256 in (profile_hash, hashed_loaded))
         if verified and (profiled or task.profile.race):
             fs.runners[spec.key].verify = before.verify
             if profiled and task.profile is not None:

@@ -195,14 +195,16 @@ def test_unchanged_steps_are_reused_and_nothing_is_left_to_run(tmp_path):
 
 def test_the_load_a_screening_adapted_to_is_no_input_of_its_profile(tmp_path):
     """ProfileSpec.loaded (set when the machine was loaded) says how a screening was shaped, not
-    what it measured: a workspace of the version before it, or of a run on a loaded machine, is
-    resumed without measuring again."""
+    what it measured: a workspace of the version before it, or one that hashed ``loaded: null``
+    (the version that added it), is resumed without measuring again on a loaded machine."""
     verify_hash, profile_hash = _hashes(_task())
-    ctx = _ctx(tmp_path, None)
-    ctx.resume_from = _old(verify_hash, profile_hash, outputs_sha256=_stored_outputs(ctx))
-    task = _task()
-    task.profile.loaded = 1.2
-    assert reuse(ctx, ITEM, task) == (None, [])
+    hashed_null = step_hash(verify_hash, _task().profile.to_dict() | {"loaded": None})
+    for i, recorded in enumerate((profile_hash, hashed_null)):
+        ctx = _ctx(tmp_path / str(i), None)
+        ctx.resume_from = _old(verify_hash, recorded, outputs_sha256=_stored_outputs(ctx))
+        task = _task()
+        task.profile.loaded = 1.2
+        assert reuse(ctx, ITEM, task) == (None, [])
 
 
 @pytest.mark.parametrize("change", ["tolerance", "profile", "no record"])
