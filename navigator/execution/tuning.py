@@ -275,10 +275,10 @@ def screen_and_tune(ws, task, spec: RunnerTask, runner, io_names: dict, root: in
     run's only (format, runner), screened there with nothing to race, is screened as on a loaded
     machine when other processes than the run's (``root``'s tree) loaded it since ``began`` (a
     :class:`navigator.machine.CpuUse`: the job's start), and tuned there too unless they loaded it
-    over the screening."""
+    over the screening (or before it, when the screening was too short to tell)."""
     import dataclasses
 
-    from navigator.execution.profiling import busy_cores
+    from navigator.execution.profiling import LOAD_SAMPLE_S, busy_cores
     from navigator.execution.stages import run_profile
     from navigator.machine import CpuUse
 
@@ -288,7 +288,9 @@ def screen_and_tune(ws, task, spec: RunnerTask, runner, io_names: dict, root: in
     record = run_profile(ws, task, runner, io_names)
     if not task.profile.screen or not tunable(task, spec, record):
         return record
-    if (busy := busy_cores(since)) is not None:
+    now = CpuUse.now(root)
+    busy = busy_cores(since, now) if now.wall - since.wall >= LOAD_SAMPLE_S else task.profile.loaded
+    if busy is not None:
         return record | {"tuning": not_tuned_under_load(busy)}
     infer, _ = runner.profiling_infer()
     return tune_profile(ws, task, spec, infer, record, task.profile.settings.get("budget_s", 20.0),

@@ -77,7 +77,9 @@ def _run_format(ws, events: Events, i: int, task: Task, live, measure_later: lis
     from navigator.machine import CpuUse
 
     io_names = dict(task.io_names)
-    began = CpuUse.now(root)   # the load over this job's convert and verify shapes the run's only screening
+    # the load over this job's convert and verify shapes the run's only screening (the parent's is
+    # over the run before this job; an in-process job's screening takes that one)
+    began = CpuUse.now(root) if task.profile is not None and task.profile.screen else None
     if task.convert is not None:
         result = _run_stage(events, i, task.key, "convert", None, lambda: stages.run_convert(ws, task, live),
                             ws.stage_log(task.key, "convert"))
