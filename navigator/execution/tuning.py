@@ -144,9 +144,11 @@ def tune(ws, task, spec: RunnerTask, infer, feed_at, batch_size: int, figure: tu
                                 f"{verdict.get('reason')}); the defaults stay")
         else:
             record["options"] = cand
-            record["reason"] = f"{winner} separated from the defaults after {result.rounds} interleaved rounds"
-            if not result.settled:
-                record["reason"] += f" (the defaults out: {entrants[0].out}); then {result.reason}"
+            if result.settled:
+                record["reason"] = f"{winner} separated from the defaults after {result.rounds} interleaved rounds"
+            else:   # another candidate may have been the one that put the defaults out
+                record["reason"] = (f"the defaults were out ({entrants[0].out}); {winner} led the candidates left "
+                                    f"({gain:.2f}x the defaults over the rounds both ran), then {result.reason}")
             won = result.entrants[winner]
             if max_batch is not None:
                 won, why, moved = climb(runner.profiling_infer()[0], won, feed_at, max_batch, budget_s, window)
