@@ -30,6 +30,9 @@ FAR_BEHIND = 0.5
 # the tuning's windows, shorter than the race's: its entrants are one artifact under other settings,
 # whose gaps run 1.2-2.8x (benchmarks/results/options_oracle_cpu.md); 10 inferences at least, as any window
 TUNE_WINDOW_S = REWARM_TUNE_S = 0.02
+# options that give each call fewer threads than the defaults (a stream per request: THROUGHPUT), so
+# larger batches, not smaller, are where kept ones can move the best batch size (:func:`climb`)
+FEWER_THREADS = {"intra_op_num_threads", "inference_num_threads", "num_threads", "performance_hint"}
 
 
 def candidates(spec: RunnerTask) -> list[dict]:
@@ -151,7 +154,8 @@ def tune(ws, task, spec: RunnerTask, infer, feed_at, batch_size: int, figure: tu
                                     f"({gain:.2f}x the defaults over the rounds both ran), then {result.reason}")
             won = result.entrants[winner]
             if max_batch is not None:
-                won, why, moved = climb(runner.profiling_infer()[0], won, feed_at, max_batch, budget_s, window)
+                won, why, moved = climb(runner.profiling_infer()[0], won, feed_at, max_batch, budget_s, window,
+                                        up_only=set(cand) <= FEWER_THREADS)
                 gain *= moved
                 if why:
                     record["reason"] += f"; {why}"
@@ -172,15 +176,18 @@ def _figure(ent: racing.Entrant) -> dict:
             "spread": round(spread, 4) if spread is not None else None, "latency_ms": percentiles(last)}
 
 
-def climb(infer, here: racing.Entrant, feed_at, max_batch: int, budget_s: float, window) -> tuple:
-    """New options move a runner's best batch size (one thread per call favours larger batches):
-    race ``here`` against its doubling neighbours, and move while a neighbour is separated from it.
-    Returns the entrant at the batch size found, what moved it (None: it stayed) and the gain of the
-    moves (the product of each move's interleaved ratio; 1.0: it stayed)."""
+def climb(infer, here: racing.Entrant, feed_at, max_batch: int, budget_s: float, window,
+          up_only: bool = False) -> tuple:
+    """New options move a runner's best batch size: race ``here`` against its doubling neighbours,
+    and move while a neighbour is separated from it. Options that give a call fewer threads
+    (:data:`FEWER_THREADS`) favour larger batches, so only the larger neighbour is raced (at
+    ``max_batch`` already, none). Returns the entrant at the batch size found, what moved it (None:
+    it stayed) and the gain of the moves (the product of each move's interleaved ratio; 1.0: it stayed)."""
     start_size, tried, gain = here.batch_size, {here.batch_size}, 1.0
     feeds = {here.batch_size: feed_at(here.batch_size)}
     while True:
-        sizes = [s for s in (here.batch_size // 2, here.batch_size * 2) if 1 <= s <= max_batch and s not in tried]
+        down = () if up_only else (here.batch_size // 2,)
+        sizes = [s for s in (*down, here.batch_size * 2) if 1 <= s <= max_batch and s not in tried]
         if not sizes:
             break
         tried.update(sizes)

@@ -615,3 +615,26 @@ def test_kept_options_keep_a_raced_peak_comparable_with_the_race():
 
     defaults_stay = merged(raced, {"reason": "the defaults won", "defaults": {"throughput": 1.0}})
     assert defaults_stay["results"] == raced["results"] and "options" not in defaults_stay
+
+
+def test_options_with_fewer_threads_climb_only_to_larger_batches():
+    """A kept thread count favours larger batches: from batch 16 of at most 64 the climb races 32,
+    then 64, never 8; at 64 already it races nothing. Other options (onnxruntime's parallel mode)
+    race both neighbours. Windows: a test double, 1 ms a call whatever the batch size."""
+    from navigator.execution.tuning import FEWER_THREADS, climb
+
+    def run(start: int, up_only: bool) -> tuple[list[int], int]:
+        sizes = []
+
+        def window(infer, feed):
+            sizes.append(feed["n"])
+            return [0.001] * 5
+
+        here = Entrant(name=f"batch {start}", batch_size=start, screen_throughput=start * 1000.0, screen_spread=0.0)
+        won, _, _ = climb(lambda feed: None, here, lambda n: {"n": n}, 64, 60.0, window, up_only=up_only)
+        return sorted(set(sizes)), won.batch_size
+
+    assert {"intra_op_num_threads"} <= FEWER_THREADS and "execution_mode" not in FEWER_THREADS
+    assert run(16, True) == ([16, 32, 64], 64)
+    assert run(64, True) == ([], 64)
+    assert 8 in run(16, False)[0]
