@@ -16,6 +16,11 @@ _PROVIDERS = {
 _LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
            "all": "ORT_ENABLE_ALL"}
 _MODES = {"sequential": "ORT_SEQUENTIAL", "parallel": "ORT_PARALLEL"}
+# how long an idle pool thread spins before it sleeps, in Navigator's worker processes (None: onnxruntime's
+# default): back-to-back calls keep spinning as they would in a server, while a session measured right
+# after another's last call no longer shares the cores with that one's threads, which spin on for tens of
+# milliseconds by default (a race's and a tuning's interleaved windows; benchmarks/results/speed_cpu.md)
+MEASURING_SPIN_US: int | None = None
 
 
 def cuda_provider_options(provider: str | None, device_id: int = 0) -> dict:
@@ -91,6 +96,9 @@ class OnnxruntimeRunner(Runner):
         if mode not in _MODES:
             raise RunnerError(f"onnxruntime execution_mode {mode!r}: use {' or '.join(_MODES)}")
         options.execution_mode = getattr(ort.ExecutionMode, _MODES[mode])
+        if MEASURING_SPIN_US is not None and self.device == "cpu":   # a key older releases ignore
+            for pool in ("intra_op", "inter_op"):
+                options.add_session_config_entry(f"session.{pool}.spin_duration_us", str(MEASURING_SPIN_US))
         provider_options = []
         for p in providers:
             if p == "TensorrtExecutionProvider":

@@ -82,3 +82,29 @@ def test_an_exported_program_moves_with_the_devices_burnt_into_its_nodes():
     assert asserts and all(str(d) == "meta" for d in asserts)
     out = moved.module()(torch.ones(2, 3, device="meta"), torch.ones(2, 3, dtype=torch.int64, device="meta"))
     assert out.device.type == "meta"
+
+
+def test_worker_sessions_spin_briefly_and_users_sessions_as_onnxruntime_does(monkeypatch):
+    """In Navigator's worker processes an idle onnxruntime pool thread spins 1 ms, not the tens of
+    milliseconds by default that slowed the next contender's window in a race; a session made
+    elsewhere (a user's ``runner()``) keeps onnxruntime's default."""
+    from pathlib import Path
+
+    from navigator.runners import onnxruntime as ort_runner
+
+    model = Path(__file__).parents[2] / "examples" / "tiny_classifier.onnx"
+    key = "session.intra_op.spin_duration_us"
+
+    def entry() -> str | None:
+        runner = runners.create(RunnerSpec("onnxruntime", "cpu"), model)
+        runner.activate()
+        try:
+            return runner.session.get_session_options().get_session_config_entry(key)
+        except RuntimeError:   # no such entry
+            return None
+        finally:
+            runner.deactivate()
+
+    assert ort_runner.MEASURING_SPIN_US is None and entry() is None
+    monkeypatch.setattr(ort_runner, "MEASURING_SPIN_US", 1000)
+    assert entry() == "1000"
