@@ -276,9 +276,10 @@ def sweep(infer, sample: dict, batch_dim: int | None, settings: ProfileSettings)
     return outcome
 
 
-# unmeasured running before each race window: a runner right after another runs slowly at first
+# unmeasured running before each race window: a runner right after another runs slowly at first,
+# while the other's idle threads spin (torch's ~10 ms; onnxruntime's capped at 1 ms in the workers)
 # (benchmarks/results/speed_cpu.md, "Race settings")
-REWARM_S = 0.05
+REWARM_S = 0.02
 # a race window, half a full sweep's: rounds pair the contenders moments apart, so drift cancels in
 # their ratio and short windows cost few extra rounds (same section)
 RACE_WINDOW_S = 0.05
