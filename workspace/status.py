@@ -249,7 +249,8 @@ class SamplesInfo(Record):
 
 @dataclass
 class RunnerUp(Record):
-    """The second-fastest verified (format, runner) at its peak, as ``best`` compares with it."""
+    """The verified (format, runner) ranked next after ``best`` at its peak: the second-fastest, or
+    a contender the race dropped (ranked below the pairs it kept; ``best.margin`` may then be below 1)."""
 
     key: str
     runner: str

@@ -356,8 +356,8 @@ def _run_race(ws, events, chosen: list, budget_s: float, settings: dict, busy: f
 def _best_pick(entries: list, records: dict, not_best: set):
     """The (format, runner) best will pick from these figures: the highest peak (a raced figure
     first, as ProfileStep.peak) among those of a format a server runs as verified, one the race
-    dropped below the pairs it kept, one its screening left out below both (:func:`racing.ranking`,
-    as outcome.select_best); None without one."""
+    dropped below the eligible pairs it kept (:func:`racing.ranking`, as outcome.select_best); None
+    without one."""
     from navigator.workspace.status import peak_of
 
     eligible = [e for e in entries if e.name in records and e.key not in not_best and records[e.name].get("results")]
@@ -365,8 +365,7 @@ def _best_pick(entries: list, records: dict, not_best: set):
     for e in eligible:
         record = records[e.name]
         peak = peak_of(record["results"])
-        figures.append((peak["throughput"], racing.standing(bool(peak.get("raced")), record.get("reason"),
-                                                            record.get("phase"))))
+        figures.append((peak["throughput"], racing.standing(bool(peak.get("raced")), record.get("reason"))))
     keys = racing.ranking(figures)
     return max(zip(keys, eligible), key=lambda ke: ke[0], default=(None, None))[1]
 

@@ -66,33 +66,24 @@ def dropped(reason: str | None) -> bool:
     return (reason or "").startswith(OUT)
 
 
-def standing(raced: bool, reason: str | None, phase: str | None) -> str:
+def standing(raced: bool, reason: str | None) -> str:
     """Where a pair's profile left it in the race, for :func:`ranking`: "dropped" (the race
-    dropped it), "screened" (its screening left it out of a race), "kept" (raced to the end) or
-    "" (profiled apart from the race)."""
+    dropped it), "kept" (raced to the end) or "" (not raced: a screening figure, a sweep of its own)."""
     if dropped(reason):
         return "dropped"
-    if raced:
-        return "kept"
-    return "screened" if phase == "screening" else ""
+    return "kept" if raced else ""
 
 
-def ranking(figures: list[tuple[float, str]]) -> list[tuple[float, int]]:
+def ranking(figures: list[tuple[float, str]]) -> list[tuple[float, int, float]]:
     """Sort keys (higher ranks first) for eligible pairs' (throughput, :func:`standing`): a
-    contender the race dropped ranks below every pair it kept racing, its figure capped at the
-    lowest of theirs (its figure froze when it left, theirs went on with the machine's load), and
-    a pair the screening left out below every raced one likewise; without such a pair to cap at
-    (the leader is not eligible, or nothing raced) a figure ranks as it reads."""
-    kept = [thr for thr, where in figures if where == "kept"]
-    cap = min(kept, default=None)
-    keys = []
-    for thr, where in figures:
-        capped = min(thr, cap) if where == "dropped" and cap is not None else thr
-        keys.append((capped, {"dropped": 1, "screened": 0}.get(where, 2)))
-    raced = [k for k, (_, where) in zip(keys, figures) if where in ("kept", "dropped")]
-    floor = min((thr for thr, _ in raced), default=None)
-    return [(min(k[0], floor), 0) if where == "screened" and floor is not None else k
-            for k, (_, where) in zip(keys, figures)]
+    contender the race dropped ranks below every eligible pair the race kept, its figure capped at
+    the lowest of theirs (its figure froze when it left, theirs went on with the machine's load);
+    with no eligible kept pair its figure ranks as it reads. Ties at the cap go by the figures.
+    (A pair no race measured is not capped: a resumed run's new format, a peer left out of the
+    race, were never compared with the raced ones.)"""
+    cap = min((thr for thr, where in figures if where == "kept"), default=None)
+    return [(min(thr, cap) if where == "dropped" and cap is not None else thr, 0 if where == "dropped" else 1, thr)
+            for thr, where in figures]
 
 
 def half_spread(spread: float | None, floor: float = SPREAD_FLOOR) -> float:

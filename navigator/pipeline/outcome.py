@@ -10,10 +10,9 @@ from navigator.workspace.status import Best, RunnerUp, Status
 
 def select_best(st: Status, *, no_profile: bool) -> Best | None:
     """Highest throughput among verified (format, runner) of formats a server runs as they were
-    verified (formats.serving_refusal), a contender the race dropped below the pairs it kept and
-    a pair its screening left out below both (:func:`racing.ranking`: a figure froze when its pair
-    left; the leader's later windows may read lower on a loaded machine, and its margin then is
-    below 1); by preference with --no-profile."""
+    verified (formats.serving_refusal), a contender the race dropped below the eligible pairs it
+    kept (:func:`racing.ranking`: its figure froze when it left; the leader's later windows may read
+    lower on a loaded machine, and its margin then is below 1); by preference with --no-profile."""
     candidates = []
     for key, fs in st.formats.items():
         if fs.convert.status != "ok" or formats.serving_refusal(key, fs):   # best is what a server runs as verified
@@ -22,7 +21,7 @@ def select_best(st: Status, *, no_profile: bool) -> Best | None:
             if rs.verify.status != "ok":
                 continue
             peak = rs.profile.peak() if rs.profile.status == "ok" else None
-            where = racing.standing(bool(peak and peak.raced), rs.profile.reason, rs.profile.phase)
+            where = racing.standing(bool(peak and peak.raced), rs.profile.reason)
             candidates.append((key, rkey, peak, where))
     if not candidates:
         return None
@@ -80,11 +79,12 @@ def trust_note(best: Best, profile, floor: float = racing.SPREAD_FLOOR, raced: b
             notes.append(f"unstable: {profile.reason or 'its profile did not settle'}")
     if best.separated is False and best.runner_up is not None:
         ru = best.runner_up
+        ahead = "ahead" if best.margin is None else f"{best.margin:.2f}x ahead"   # None: a zero runner-up figure
         if raced:
-            notes.append(f"not separated from {ru.key} on {ru.runner} in the race: {best.margin:.2f}x ahead")
+            notes.append(f"not separated from {ru.key} on {ru.runner} in the race: {ahead}")
         else:
             need = racing.needed_margin(best.spread, ru.spread, floor)
-            notes.append(f"not separated from {ru.key} on {ru.runner}: {best.margin:.2f}x ahead, within the "
+            notes.append(f"not separated from {ru.key} on {ru.runner}: {ahead}, within the "
                          f"windows' spread (needs > {need:.2f}x)")
     return "; ".join(notes) or None
 

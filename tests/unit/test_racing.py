@@ -358,38 +358,37 @@ def test_a_contender_the_race_dropped_ranks_below_its_leader_whatever_its_figure
 
 
 def test_a_dropped_contender_ranks_below_the_pairs_the_race_kept_only():
-    """Capped at the lowest kept figure, a dropped contender still ranks above a pair the
-    screening left out; a screened-out pair never ranks above a raced one, whatever its earlier
-    figure; and with the leader not eligible the dropped contender is best by its own figure,
-    not the slower pair the race never measured (select_best and race_job._best_pick agree)."""
+    """Contenders the race dropped rank below every eligible pair it kept, capped at the lowest of
+    those (ties at the cap go by their own figures); a pair no race measured (a resumed run's new
+    format, a peer left out of the race) ranks by its figure; with the leader not eligible the
+    dropped contenders rank by their own figures, not below the slower pair the race never
+    measured (select_best and race_job._best_pick agree)."""
     from types import SimpleNamespace as NS
 
     from navigator.execution.race_job import _best_pick
 
-    assert racing.ranking([(97.0, "kept"), (100.0, "dropped"), (99.0, "screened"), (60.0, "")]) == [
-        (97.0, 2), (97.0, 1), (97.0, 0), (60.0, 2)]
-    assert racing.ranking([(100.0, "dropped"), (60.0, "screened")]) == [(100.0, 1), (60.0, 0)]
+    keys = racing.ranking([(97.0, "kept"), (100.0, "dropped"), (105.0, "dropped"), (60.0, ""), (120.0, "")])
+    assert sorted(range(5), key=lambda i: keys[i], reverse=True) == [4, 0, 2, 1, 3]
     st = _status(onnx=_runner([(8, 97.0, 0.05)]), onnx_optimized=_runner([(8, 100.0, 0.05)]),
-                 openvino=_runner([(8, 99.0, 0.05)]))
-    for key in ("onnx", "onnx-optimized"):
+                 openvino=_runner([(8, 105.0, 0.05)]), tflite=_runner([(8, 60.0, 0.05)]))
+    for key in ("onnx", "onnx-optimized", "openvino"):
         st.formats[key].runners["onnxruntime-cpu"].profile.results[0].raced = True
-    st.formats["onnx-optimized"].runners["onnxruntime-cpu"].profile.reason = f"{racing.OUT}slower than onnx"
-    st.formats["openvino"].runners["onnxruntime-cpu"].profile.phase = "screening"
+    for key in ("onnx-optimized", "openvino"):
+        st.formats[key].runners["onnxruntime-cpu"].profile.reason = f"{racing.OUT}slower than onnx"
     best = select_best(st, no_profile=False)
-    assert (best.key, best.runner_up.key, best.margin) == ("onnx", "onnx-optimized", 0.97)
+    assert (best.key, best.runner_up.key, best.margin) == ("onnx", "openvino", 0.9238)
     line = best_line(best)
-    assert "the race dropped onnx-optimized on onnxruntime-cpu (its figure, 100.0/s, froze when it left" in line
-    assert "x ahead" not in line and "0.97x that" in line
+    assert "the race dropped openvino on onnxruntime-cpu (its figure, 105.0/s, froze when it left" in line
+    assert "x ahead" not in line and "0.92x that" in line
     st.formats["onnx"].runners["onnxruntime-cpu"].verify.status = "failed"   # the leader is not eligible
     best = select_best(st, no_profile=False)
-    assert (best.key, best.runner_up.key) == ("onnx-optimized", "openvino")
-    entries = [NS(name="onnx", key="onnx"), NS(name="opt", key="onnx-optimized"), NS(name="ov", key="openvino")]
-    records = {"onnx": {"results": [{"batch_size": 8, "throughput": 97.0, "raced": True}], "reason": None},
-               "opt": {"results": [{"batch_size": 8, "throughput": 100.0, "raced": True}],
-                       "reason": f"{racing.OUT}slower than onnx"},
-               "ov": {"results": [{"batch_size": 8, "throughput": 99.0}], "reason": None, "phase": "screening"}}
+    assert (best.key, best.runner_up.key) == ("openvino", "onnx-optimized")
+    entries = [NS(name=k, key=k) for k in ("onnx", "onnx-optimized", "openvino", "tflite")]
+    records = {k: {"results": [{"batch_size": 8, "throughput": t, "raced": k != "tflite"}],
+                   "reason": f"{racing.OUT}slower than onnx" if k in ("onnx-optimized", "openvino") else None}
+               for k, t in (("onnx", 97.0), ("onnx-optimized", 100.0), ("openvino", 105.0), ("tflite", 60.0))}
     assert _best_pick(entries, records, set()).key == "onnx"
-    assert _best_pick(entries, records, {"onnx"}).key == "onnx-optimized"
+    assert _best_pick(entries, records, {"onnx"}).key == "openvino"
 
 
 def test_an_unsettled_race_keeps_the_reason_a_contender_was_dropped_for():
