@@ -278,8 +278,16 @@ def sweep(infer, sample: dict, batch_dim: int | None, settings: ProfileSettings)
 
 # unmeasured running before each race window: a runner right after another runs slowly at first,
 # while the other's idle threads spin (torch's ~10 ms; onnxruntime's capped at 1 ms in the workers)
-# (benchmarks/results/speed_cpu.md, "Race settings")
+# (benchmarks/results/speed_cpu.md, "Race settings"); the longest any runner needs (Runner.rewarm_s)
 REWARM_S = 0.02
+
+
+def rewarm_for(runner_names) -> float:
+    """The re-warm of windows that alternate between these runners' (names; None: a live module's,
+    measured by the calling process): the longest any of them needs."""
+    from navigator import runners
+
+    return max((REWARM_S if n is None else runners.runner_class(n).rewarm_s for n in runner_names), default=REWARM_S)
 # a race window, half a full sweep's: rounds pair the contenders moments apart, so drift cancels in
 # their ratio and short windows cost few extra rounds (same section)
 RACE_WINDOW_S = 0.05

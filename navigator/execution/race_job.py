@@ -45,7 +45,7 @@ from pathlib import Path
 from navigator.execution import racing
 from navigator.execution.jobs import Event, Job, PeerWindow, RacePeer, RunnerTask, Task
 from navigator.execution.profiling import (  # noqa: F401  (the screening and race-window settings)
-    LOAD_SAMPLE_S, RACE_WINDOW_S, REWARM_S, SCREEN_BUDGET_S, busy_cores, race_window)
+    LOAD_SAMPLE_S, RACE_WINDOW_S, REWARM_S, SCREEN_BUDGET_S, busy_cores, race_window, rewarm_for)
 from navigator.machine import CpuUse, affinity_cores
 
 log = logging.getLogger("navigator.worker")
@@ -315,7 +315,7 @@ def run_race(ws, events, job: Job) -> int:
         if isinstance(pick, _Entry) and keep:   # a live module's runner (a peer) lives in the calling process
             _tune_leader(ws, events, pick, records[pick.name],
                          max(1.0, min(budget, total_budget - (time.perf_counter() - start))), settings,
-                         busy_screening)
+                         busy_screening, job.parent_pid)
     finally:
         for entry in entries:
             _unload(entry)
@@ -371,9 +371,10 @@ def _best_pick(entries: list, records: dict, not_best: set):
 
 
 def _tune_leader(ws, events, entry: _Entry, record: dict, budget_s: float, settings: dict,
-                 busy: float | None) -> None:
+                 busy: float | None, root: int | None = None) -> None:
     """The winner's runtime options (:mod:`navigator.execution.tuning`), in its profile record;
-    none when other processes kept ``busy`` cores busy meanwhile (not None: the machine is loaded)."""
+    none when other processes (outside ``root``'s tree) kept ``busy`` cores busy meanwhile (not
+    None: the machine is loaded), or loaded it during the tuning."""
     from navigator.execution import tuning
 
     if not tuning.tunable(entry.task, entry.spec, record):
@@ -386,7 +387,7 @@ def _tune_leader(ws, events, entry: _Entry, record: dict, budget_s: float, setti
     t0 = time.perf_counter()
     if entry.runner is None:
         _load(ws, entry)
-    out = tuning.tune_profile(ws, entry.task, entry.spec, entry.infer, record, budget_s, settings)
+    out = tuning.tune_profile(ws, entry.task, entry.spec, entry.infer, record, budget_s, settings, root=root)
     if out is None:
         return
     out["status"] = "ok"
@@ -414,6 +415,7 @@ def _race(ws, events, chosen: list, budget_s: float, settings: dict, busy: float
             entry.infer(feeds[entry.name])   # warm up again: other runners ran since its screening
     window_settings = ProfileSettings(**settings)
     window_settings.window_s = min(window_settings.window_s, RACE_WINDOW_S)
+    rewarm = rewarm_for([e.spec.runner if isinstance(e, _Entry) else None for e in chosen])
     by_name = {e.name: e for e in chosen}
     caller = _Caller(ws, events) if any(isinstance(e, _Peer) for e in chosen) else None
 
@@ -422,7 +424,7 @@ def _race(ws, events, chosen: list, budget_s: float, settings: dict, busy: float
         if isinstance(entry, _Peer):
             lat = caller.window(entry, ent.batch_size, window_settings)
         else:
-            lat = race_window(entry.infer, feeds[ent.name], window_settings)
+            lat = race_window(entry.infer, feeds[ent.name], window_settings, rewarm)
         return racing.Window(batch_size=ent.batch_size, latencies=lat)
 
     try:

@@ -154,6 +154,7 @@ class RaceResult:
     rounds: int
     reason: str | None = None       # why not settled (the budget ended, ...)
     capped: bool = False            # max_rounds ended it
+    stopped: bool = False           # ``stop`` ended it (its reason is the race's)
     entrants: dict[str, Entrant] = field(default_factory=dict)
 
 
@@ -256,13 +257,15 @@ def contenders(screened: list[Entrant]) -> list[Entrant]:
 
 
 def race(entrants: list[Entrant], window: Callable[[Entrant], Window], budget_s: float,
-         clock: Callable[[], float] = time.perf_counter, max_rounds: int = 200, near: bool = True) -> RaceResult:
+         clock: Callable[[], float] = time.perf_counter, max_rounds: int = 200, near: bool = True,
+         stop: Callable[[], str | None] | None = None) -> RaceResult:
     """Round-robin windows over ``entrants`` until one is separated from all others still
     in, or ``budget_s`` (measured with ``clock``: no round starts that would end past it, were it
     as long as the last) or ``max_rounds`` ends it. ``window(e)``
     measures one window of ``e`` at ``e.batch_size``. ``near``: the near rule may end it (not
     where an unsettled race keeps the first entrant, as the tuning's defaults: a candidate shown
-    faster would then be dropped with them)."""
+    faster would then be dropped with them). ``stop()``, asked after each round, ends it unsettled
+    when it returns a reason (the tuning's: other processes loaded the machine)."""
     live = list(entrants)
     result = RaceResult(leader=None, settled=False, rounds=0, entrants={e.name: e for e in entrants})
     if len(live) <= 1:
@@ -277,6 +280,9 @@ def race(entrants: list[Entrant], window: Callable[[Entrant], Window], budget_s:
         for e in (live if result.rounds % 2 == 0 else live[::-1]):
             e.windows.append(window(e))
         result.rounds += 1
+        if stop is not None and (why := stop()):
+            result.reason, result.stopped, result.settled = why, True, False
+            break
         if all(len(e.windows) >= RACE_MIN_WINDOWS for e in live):
             figures = {e.name: e.figure() for e in live}
             lead = max(live, key=lambda e: figures[e.name][0])

@@ -28,8 +28,9 @@ TUNE_MAX_ROUNDS = 20
 # shows hides a 2x gap (onnxruntime's parallel mode ran 50-600x slower on chain-like graphs)
 FAR_BEHIND = 0.5
 # the tuning's windows, shorter than the race's: its entrants are one artifact under other settings,
-# whose gaps run 1.2-2.8x (benchmarks/results/options_oracle_cpu.md); 10 inferences at least, as any window
-TUNE_WINDOW_S = REWARM_TUNE_S = 0.02
+# whose gaps run 1.2-2.8x (benchmarks/results/options_oracle_cpu.md); 10 inferences at least, as any
+# window; each after its runner's re-warm (Runner.rewarm_s)
+TUNE_WINDOW_S = 0.02
 # options that give each call fewer threads than the defaults (a stream per request: THROUGHPUT), so
 # larger batches, not smaller, are where kept ones can move the best batch size (:func:`climb`)
 FEWER_THREADS = {"intra_op_num_threads", "inference_num_threads", "num_threads", "performance_hint"}
@@ -50,12 +51,36 @@ def tunable(task, spec: RunnerTask, record: dict) -> bool:
     return bool(task.verify is not None and not task.verify.sequence and record.get("results") and candidates(spec))
 
 
-def not_tuned_under_load(busy: float) -> dict:
-    """The tuning record of a runner not tuned because other processes kept ``busy`` cores busy."""
-    return {"candidates": [], "rounds": 0,
-            "reason": f"not tuned: other processes kept {busy:.1f} of the {cpus()} cores busy while it was "
-                      "measured; options measured under that load would fit it, not the server's "
-                      "(NAVIGATOR_IGNORE_LOAD=1 tunes anyway)"}
+def not_tuned_under_load(busy: float, rounds: int = 0) -> dict:
+    """The tuning record of a runner not tuned because other processes kept ``busy`` cores busy
+    (``rounds``: the tuning's rounds before that load arrived and stopped it)."""
+    when = f"as its tuning ran (stopped after round {rounds})" if rounds else "while it was measured"
+    return {"candidates": [], "rounds": rounds,
+            "reason": f"not tuned: other processes kept {busy:.1f} of the {cpus()} cores busy {when}; options "
+                      "measured under that load would fit it, not the server's (NAVIGATOR_IGNORE_LOAD=1 tunes anyway)"}
+
+
+class LoadWatch:
+    """Asked between a tuning's rounds (``racing.race``'s ``stop``): a reason to stop once other
+    processes than the run's (``root``'s tree) loaded the machine over the last span of
+    :data:`~navigator.execution.profiling.LOAD_SAMPLE_S` or more (``busy``: their cores then). A load
+    that arrives after the tuning began stops it as one before it would have skipped it, and a tuning
+    raced on loaded cores ran 9-17 rounds where a quiet one ran 3-6."""
+
+    def __init__(self, root: int | None = None):
+        from navigator.machine import CpuUse
+
+        self.root, self.last, self.busy = root, CpuUse.now(root), None
+
+    def __call__(self) -> str | None:
+        from navigator.execution.profiling import LOAD_SAMPLE_S, busy_cores
+        from navigator.machine import CpuUse
+
+        if time.monotonic() - self.last.wall < LOAD_SAMPLE_S:
+            return None
+        now = CpuUse.now(self.root)
+        self.busy, self.last = busy_cores(self.last, now), now
+        return None if self.busy is None else f"other processes kept {self.busy:.1f} cores busy"
 
 
 def label(options: dict) -> str:
@@ -63,12 +88,13 @@ def label(options: dict) -> str:
 
 
 def tune(ws, task, spec: RunnerTask, infer, feed_at, batch_size: int, figure: tuple[float, float | None],
-         budget_s: float, window, load, io_names: dict | None = None, max_batch: int | None = None) -> dict | None:
+         budget_s: float, window, load, io_names: dict | None = None, max_batch: int | None = None,
+         watch: LoadWatch | None = None) -> dict | None:
     """Race the runner's candidates against its defaults (``infer``, already loaded and warm) on
     ``feed_at(batch_size)``: ``window(infer, feeds)`` measures one window's latencies, ``load(spec)``
     returns ``(runner, infer)`` for a candidate's options. Options kept move the batch size too
-    (:func:`climb`, up to ``max_batch``; None: a fixed batch). Returns the tuning record, or None
-    when the runner has no candidates."""
+    (:func:`climb`, up to ``max_batch``; None: a fixed batch). ``watch``: a load that arrives stops
+    it, the defaults kept. Returns the tuning record, or None when the runner has no candidates."""
     from navigator.execution.stages import run_verify
 
     feed = feed_at(batch_size)
@@ -108,12 +134,14 @@ def tune(ws, task, spec: RunnerTask, infer, feed_at, batch_size: int, figure: tu
             if share < FAR_BEHIND:
                 ent.out = f"{share:.2f}x the defaults in a first window"
         racing_now = [e for e in entrants if not e.out]
-        result = racing.race(racing_now, measure, budget_s, max_rounds=TUNE_MAX_ROUNDS, near=False)
+        result = racing.race(racing_now, measure, budget_s, max_rounds=TUNE_MAX_ROUNDS, near=False, stop=watch)
         result.rounds += 1
         result.entrants = {e.name: e for e in entrants}
     finally:
         for _, runner, _ in loaded.values():
             runner.deactivate()
+    if result.stopped and watch is not None and watch.busy is not None:
+        return not_tuned_under_load(watch.busy, result.rounds) | {"duration_s": round(time.perf_counter() - start, 4)}
     record["rounds"] = result.rounds
     for ent in entrants:
         thr, spread = ent.figure()
@@ -155,7 +183,7 @@ def tune(ws, task, spec: RunnerTask, infer, feed_at, batch_size: int, figure: tu
             won = result.entrants[winner]
             if max_batch is not None:
                 won, why, moved = climb(runner.profiling_infer()[0], won, feed_at, max_batch, budget_s, window,
-                                        up_only=set(cand) <= FEWER_THREADS)
+                                        up_only=set(cand) <= FEWER_THREADS, stop=watch)
                 gain *= moved
                 if why:
                     record["reason"] += f"; {why}"
@@ -177,11 +205,12 @@ def _figure(ent: racing.Entrant) -> dict:
 
 
 def climb(infer, here: racing.Entrant, feed_at, max_batch: int, budget_s: float, window,
-          up_only: bool = False) -> tuple:
+          up_only: bool = False, stop=None) -> tuple:
     """New options move a runner's best batch size: race ``here`` against its doubling neighbours,
     and move while a neighbour is separated from it. Options that give a call fewer threads
     (:data:`FEWER_THREADS`) favour larger batches, so only the larger neighbour is raced (at
-    ``max_batch`` already, none). Returns the entrant at the batch size found, what moved it (None:
+    ``max_batch`` already, none); ``stop`` (the tuning's :class:`LoadWatch`) ends a race unsettled,
+    where it stays. Returns the entrant at the batch size found, what moved it (None:
     it stayed) and the gain of the moves (the product of each move's interleaved ratio; 1.0: it stayed)."""
     start_size, tried, gain = here.batch_size, {here.batch_size}, 1.0
     feeds = {here.batch_size: feed_at(here.batch_size)}
@@ -201,7 +230,7 @@ def climb(infer, here: racing.Entrant, feed_at, max_batch: int, budget_s: float,
                               screen_throughput=here.figure()[0], screen_spread=here.figure()[1])
         result = racing.race([held, *others], lambda e: racing.Window(batch_size=e.batch_size,
                                                                       latencies=window(infer, feeds[e.batch_size])),
-                             budget_s, max_rounds=TUNE_MAX_ROUNDS, near=False)
+                             budget_s, max_rounds=TUNE_MAX_ROUNDS, near=False, stop=stop)
         if not result.settled or result.leader == held.name:
             here = held if len(held.windows) >= racing.RACE_MIN_WINDOWS else here
             break
@@ -212,13 +241,14 @@ def climb(infer, here: racing.Entrant, feed_at, max_batch: int, budget_s: float,
     return here, f"its best batch size moved from {start_size} to {here.batch_size} with them", gain
 
 def tune_profile(ws, task, spec: RunnerTask, infer, record: dict, budget_s: float, settings: dict,
-                 io_names: dict | None = None) -> dict | None:
+                 io_names: dict | None = None, root: int | None = None) -> dict | None:
     """``record`` (a profile's: ``results`` …) with what the tuning at its peak's batch size found
     (``tuning``; with ``options`` and the peak's new figure when it kept some), or None when there is
     nothing to tune (no candidates, no verify spec, a stateful model). ``infer`` is the runner's,
-    active; a failure of the tuning leaves the figures as they were and says why."""
+    active; a failure of the tuning leaves the figures as they were and says why. Other processes
+    than ``root``'s tree (the run's calling process) that load the machine meanwhile stop it."""
     from navigator import runners
-    from navigator.execution.profiling import ProfileSettings, batch_of, race_window
+    from navigator.execution.profiling import ProfileSettings, batch_of, race_window, rewarm_for
     from navigator.execution.stages import runner_options, stored_sample
 
     names = task.io_names if io_names is None else io_names
@@ -237,6 +267,7 @@ def tune_profile(ws, task, spec: RunnerTask, infer, record: dict, budget_s: floa
             infer(feed_at(size))     # back to speed: other runners may have run since
         window_settings = ProfileSettings(**settings)
         window_settings.window_s = min(window_settings.window_s, TUNE_WINDOW_S)
+        rewarm = rewarm_for([spec.runner])
         most = None if batch_dim is None or settings.get("batch_sizes") else window_settings.max_batch_size
 
         def load(cand: RunnerTask):
@@ -245,7 +276,8 @@ def tune_profile(ws, task, spec: RunnerTask, infer, record: dict, budget_s: floa
             return runner, runner.profiling_infer()[0]
 
         found = tune(ws, task, spec, infer, feed_at, size, (peak["throughput"], peak.get("spread")), budget_s,
-                     lambda fn, f: race_window(fn, f, window_settings, REWARM_TUNE_S), load, names, most)
+                     lambda fn, f: race_window(fn, f, window_settings, rewarm), load, names, most,
+                     LoadWatch(root))
     except Exception as e:   # noqa: BLE001 - the figures measured so far stand
         log.exception("tuning %s failed", spec.key)
         found = {"reason": f"tuning failed: {' '.join(str(e).split())[:300]}"}
@@ -303,4 +335,4 @@ def screen_and_tune(ws, task, spec: RunnerTask, runner, io_names: dict, root: in
         return record | {"tuning": not_tuned_under_load(busy)}
     infer, _ = runner.profiling_infer()
     return tune_profile(ws, task, spec, infer, record, task.profile.settings.get("budget_s", 20.0),
-                        task.profile.settings, io_names) or record
+                        task.profile.settings, io_names, root) or record

@@ -22,6 +22,9 @@ class RunnerUnavailable(RunnerError):
 class Runner:
     name: ClassVar[str] = "base"
     requires: ClassVar[tuple[str, ...]] = ()
+    # unmeasured running before each race or tuning window, after other runners ran: until their
+    # idle threads stop spinning (torch's ~10 ms; benchmarks/results/speed_cpu.md, "Race settings")
+    rewarm_s: ClassVar[float] = 0.02
 
     def __init__(self, path: str | os.PathLike, *, device: str = "cpu", provider: str | None = None, **options):
         self.path = Path(path)

@@ -71,6 +71,9 @@ class OnnxruntimeRunner(Runner):
 
     name = "onnxruntime"
     requires = ("onnxruntime",)
+    # its threads' idle spin is capped at 1 ms where it is measured (MEASURING_SPIN_US): 5 ms reads the
+    # ratios 20 ms did (benchmarks/tuning_rewarm.py)
+    rewarm_s = 0.005
 
     def activate_impl(self) -> None:
         import onnxruntime as ort

@@ -82,7 +82,7 @@ def _leader(raced):
     return ws, task, spec
 
 
-def _tune(ws, task, spec, fast: str | tuple[str, ...], max_batch=None):
+def _tune(ws, task, spec, fast: str | tuple[str, ...], max_batch=None, watch=None):
     """Tune with windows whose latencies are fixed: ``fast`` (a candidate's label, or several) runs at
     1 ms a batch whatever its size, the defaults at 2 ms, every other candidate at 3 ms."""
     fast = (fast,) if isinstance(fast, str) else fast
@@ -111,7 +111,7 @@ def _tune(ws, task, spec, fast: str | tuple[str, ...], max_batch=None):
     sample = stored_sample(ws, task.io_names)
     try:
         return tuning.tune(ws, task, spec, infer, lambda n: batch_of(sample, task.profile.batch_dim, n), 2,
-                           (1000.0, 0.01), 30.0, window, load, max_batch=max_batch), loaded[1:]
+                           (1000.0, 0.01), 30.0, window, load, max_batch=max_batch, watch=watch), loaded[1:]
     finally:
         default.deactivate()
 
@@ -138,6 +138,29 @@ def test_kept_options_move_the_batch_size_where_they_are_fastest(raced):
     assert record["figure"]["throughput"] == pytest.approx(8000.0)
     assert "its best batch size moved from 2 to 8 with them" in record["reason"]
     assert record["gain"] == pytest.approx(8.0)          # 2x the defaults at batch 2, then 4x by the climb
+
+
+def test_a_load_that_arrives_during_the_tuning_stops_it(raced):
+    """Other processes load the machine once the tuning began (the watch: a test double of
+    :class:`tuning.LoadWatch` that reads 1.5 busy cores when first asked, after the first race round;
+    busy loops could not be timed to arrive mid-tuning): it stops there, unsettled though the windows
+    would separate the fast candidate, and the defaults stay with a reason that says so."""
+
+    class Arriving(tuning.LoadWatch):
+        def __init__(self):
+            self.busy = None
+
+        def __call__(self):
+            self.busy = 1.5
+            return "other processes kept 1.5 cores busy"
+
+    ws, task, spec = _leader(raced)
+    record, loaded = _tune(ws, task, spec, "intra_op_num_threads=1" if tuning.cpus() > 1 else "execution_mode=parallel",
+                           watch=Arriving())
+    assert "options" not in record and "verify" not in record and record["rounds"] == 2
+    assert record["reason"].startswith("not tuned: other processes kept 1.5 of the")
+    assert "as its tuning ran (stopped after round 2)" in record["reason"]
+    assert all(not r.is_active for r in loaded)
 
 
 def test_a_faster_candidate_that_cannot_be_shown_right_is_not_kept(raced):

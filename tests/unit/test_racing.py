@@ -580,6 +580,33 @@ def test_the_gain_is_paired_over_the_rounds_both_raced():
     assert paired_gain(win, _entrants(("none", 0.0, None))[0]) is None
 
 
+def test_a_stop_ends_the_race_unsettled_with_its_reason():
+    """``stop`` (the tuning's load watch) is asked after each round: its reason ends the race there,
+    unsettled, though the windows would have separated the contenders at round 3."""
+    asked = []
+
+    def stop():
+        asked.append(1)
+        return "other processes kept 1.0 cores busy" if len(asked) == 2 else None
+
+    result = race(_entrants(("a", 100.0, 0.2), ("b", 95.0, 0.2)),
+                  _windows({"a": [120.0, 121.0, 119.0], "b": [100.0, 101.0, 99.0]}), budget_s=100.0,
+                  clock=_clock(0.1), stop=stop)
+    assert result.stopped and not result.settled and result.rounds == 2
+    assert result.reason == "other processes kept 1.0 cores busy"
+
+
+def test_a_window_rewarms_for_the_longest_spin_among_the_runners_it_alternates_with():
+    """onnxruntime's idle spin is capped at 1 ms where it is measured, torch's threads spin ~10 ms:
+    windows among onnxruntime sessions only re-warm 5 ms, any torch runner or live module (None) among
+    them brings back 20 ms."""
+    from navigator.execution.profiling import REWARM_S, rewarm_for
+
+    assert rewarm_for(["onnxruntime"]) == rewarm_for(["onnxruntime", "onnxruntime"]) == 0.005
+    assert rewarm_for(["onnxruntime", "torchscript"]) == rewarm_for([None, "onnxruntime"]) == REWARM_S == 0.02
+    assert rewarm_for([]) == REWARM_S
+
+
 def test_a_race_without_the_near_rule_goes_on():
     """The tuning's races keep the defaults when unsettled, so the near rule (which ends a race
     unsettled) is off there: the same 4% lead that ends a race after 10 rounds runs to the budget."""
