@@ -137,6 +137,10 @@ def tune(ws, task, spec: RunnerTask, infer, feed_at, batch_size: int, figure: tu
         result = racing.race(racing_now, measure, budget_s, max_rounds=TUNE_MAX_ROUNDS, near=False, stop=watch)
         result.rounds += 1
         result.entrants = {e.name: e for e in entrants}
+        lifted = None
+        if max_batch is not None and not result.settled and not result.stopped and not entrants[0].out:
+            lifted = _lift_tied(entrants, {n: v[0] for n, v in loaded.items()}, infers, feed_at, max_batch, budget_s,
+                                window, watch)
     finally:
         for _, runner, _ in loaded.values():
             runner.deactivate()
@@ -158,6 +162,8 @@ def tune(ws, task, spec: RunnerTask, infer, feed_at, batch_size: int, figure: tu
     # candidates it tied with
     winner = result.leader if result.settled or entrants[0].out else None
     gain = racing.paired_gain(result.entrants[winner], entrants[0]) if winner not in (None, DEFAULTS) else None
+    if lifted is not None:
+        winner, won, why, gain = lifted
     if winner in (None, DEFAULTS) or gain is None or gain <= 1.0:
         record["reason"] = (f"the defaults {'won' if winner == DEFAULTS else 'were not beaten'}: "
                             + (result.reason or 'separated from every candidate' if gain is None else
@@ -175,24 +181,49 @@ def tune(ws, task, spec: RunnerTask, infer, feed_at, batch_size: int, figure: tu
                                 f"{verdict.get('reason')}); the defaults stay")
         else:
             record["options"] = cand
-            if result.settled:
+            if lifted is not None:
+                record["reason"] = why
+            elif result.settled:
                 record["reason"] = f"{winner} separated from the defaults after {result.rounds} interleaved rounds"
             else:   # another candidate may have been the one that put the defaults out
                 record["reason"] = (f"the defaults were out ({entrants[0].out}); {winner} led the candidates left "
                                     f"({gain:.2f}x the defaults over the rounds both ran), then {result.reason}")
-            won = result.entrants[winner]
-            if max_batch is not None:
-                won, why, moved = climb(runner.profiling_infer()[0], won, feed_at, max_batch, budget_s, window,
-                                        up_only=set(cand) <= FEWER_THREADS, stop=watch)
-                gain *= moved
-                if why:
-                    record["reason"] += f"; {why}"
+            if lifted is None:
+                won = result.entrants[winner]
+                if max_batch is not None:
+                    won, why, moved = climb(runner.profiling_infer()[0], won, feed_at, max_batch, budget_s, window,
+                                            up_only=set(cand) <= FEWER_THREADS, stop=watch)
+                    gain *= moved
+                    if why:
+                        record["reason"] += f"; {why}"
             record["figure"] = _figure(won)
             record["gain"] = round(gain, 4)
     finally:
         runner.deactivate()
     record["duration_s"] = round(time.perf_counter() - start, 4)
     return record
+
+
+def _lift_tied(entrants: list[racing.Entrant], options: dict[str, dict], infers: dict, feed_at, max_batch: int,
+               budget_s: float, window, watch) -> tuple | None:
+    """A candidate that gives each call fewer threads (:data:`FEWER_THREADS`) and the race left level
+    with the defaults at their peak's batch size may be ahead at a larger one: the defaults' peak
+    was found with the defaults' threads, whose parallel regions can slow at the larger sizes (two
+    threads on two cores of a shared host read 2x apart from one moment to the next), where one
+    thread a call does not. It climbs (:func:`climb`, larger sizes only); returns ``(name, entrant at
+    the size found, reason, gain over the defaults)`` when it moved, else None."""
+    defaults = entrants[0]
+    for ent in sorted((e for e in entrants[1:] if not e.out and set(options[e.name]) <= FEWER_THREADS),
+                      key=lambda e: e.figure()[0], reverse=True):
+        level = racing.paired_gain(ent, defaults)
+        if level is None:
+            continue
+        won, why, moved = climb(infers[ent.name], ent, feed_at, max_batch, budget_s, window, up_only=True, stop=watch)
+        if why is None or level * moved <= 1.0:
+            continue
+        return (ent.name, won, f"{ent.name} level with the defaults at batch {ent.batch_size} ({level:.2f}x over the "
+                f"rounds both ran); {why} ({moved:.2f}x there)", level * moved)
+    return None
 
 
 def _figure(ent: racing.Entrant) -> dict:

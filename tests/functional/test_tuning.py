@@ -82,9 +82,10 @@ def _leader(raced):
     return ws, task, spec
 
 
-def _tune(ws, task, spec, fast: str | tuple[str, ...], max_batch=None, watch=None):
+def _tune(ws, task, spec, fast: str | tuple[str, ...], max_batch=None, watch=None, level=()):
     """Tune with windows whose latencies are fixed: ``fast`` (a candidate's label, or several) runs at
-    1 ms a batch whatever its size, the defaults at 2 ms, every other candidate at 3 ms."""
+    1 ms a batch whatever its size, the defaults and ``level`` (labels) at 2 ms, every other candidate
+    at 3 ms."""
     fast = (fast,) if isinstance(fast, str) else fast
     speeds: dict = {}
     loaded = []
@@ -101,7 +102,7 @@ def _tune(ws, task, spec, fast: str | tuple[str, ...], max_batch=None, watch=Non
 
     def load(cand):
         own = {k: v for k, v in cand.options.items() if k not in spec.options}
-        return open_runner(cand, 0.001 if tuning.label(own) in fast else 0.003)
+        return open_runner(cand, 0.001 if tuning.label(own) in fast else 0.002 if tuning.label(own) in level else 0.003)
 
     def window(infer, f):
         infer(f)    # a real inference of the real runner: its options must work
@@ -161,6 +162,23 @@ def test_a_load_that_arrives_during_the_tuning_stops_it(raced):
     assert record["reason"].startswith("not tuned: other processes kept 1.5 of the")
     assert "as its tuning ran (stopped after round 2)" in record["reason"]
     assert all(not r.is_active for r in loaded)
+
+
+def test_fewer_threads_level_with_the_defaults_climb_to_a_larger_batch(raced):
+    """One thread a call, level with the defaults at their peak (batch 2), runs a batch in 2 ms whatever
+    its size: the defaults' peak was found with their own threads, so the tied candidate climbs (larger
+    sizes only) and is kept at batch 8, 4x the defaults. A tied candidate that does not give a call
+    fewer threads (parallel mode) does not climb: the defaults stay."""
+    ws, task, spec = _leader(raced)
+    if tuning.cpus() < 2:
+        pytest.skip("one core: no thread-count candidate")
+    record, _ = _tune(ws, task, spec, (), max_batch=8, level=("intra_op_num_threads=1",))
+    assert record["options"] == {"intra_op_num_threads": 1} and record["verify"] == "ok"
+    assert record["figure"]["batch_size"] == 8 and record["gain"] == pytest.approx(4.0, rel=0.01)
+    assert record["reason"].startswith("intra_op_num_threads=1 level with the defaults at batch 2 (1.00x")
+    assert "its best batch size moved from 2 to 8 with them" in record["reason"]
+    record, _ = _tune(ws, task, spec, (), max_batch=8, level=("execution_mode=parallel",))
+    assert "options" not in record and record["reason"].startswith("the defaults were not beaten")
 
 
 def test_a_faster_candidate_that_cannot_be_shown_right_is_not_kept(raced):
