@@ -280,6 +280,9 @@ def sweep(infer, sample: dict, batch_dim: int | None, settings: ProfileSettings)
 # while the other's idle threads spin (torch's ~10 ms; onnxruntime's capped at 1 ms in the workers)
 # (benchmarks/results/speed_cpu.md, "Race settings"); the longest any runner needs (Runner.rewarm_s)
 REWARM_S = 0.02
+# a race window, half a full sweep's: rounds pair the contenders moments apart, so drift cancels in
+# their ratio and short windows cost few extra rounds (same section)
+RACE_WINDOW_S = 0.05
 
 
 def rewarm_for(runner_names) -> float:
@@ -288,9 +291,6 @@ def rewarm_for(runner_names) -> float:
     from navigator import runners
 
     return max((REWARM_S if n is None else runners.runner_class(n).rewarm_s for n in runner_names), default=REWARM_S)
-# a race window, half a full sweep's: rounds pair the contenders moments apart, so drift cancels in
-# their ratio and short windows cost few extra rounds (same section)
-RACE_WINDOW_S = 0.05
 
 
 def race_window(infer, feed: dict, settings, rewarm_s: float = REWARM_S) -> list[float]:
