@@ -70,14 +70,20 @@ def _cuda_accelerator(plan: ModelPlan) -> dict[str, str]:
 def _served_cuda_variant(plan: ModelPlan, fs, key: str, notes: list[str]) -> None:
     """Serve an ONNX model on GPU with the CUDA provider options its verification ran with:
     TF32 off (the backend's default is on, which an fp32 verdict never saw), and
-    ``prefer_nhwc`` when ``onnxruntime-cuda_nhwc`` is its fastest verified CUDA runner."""
+    ``prefer_nhwc`` when ``onnxruntime-cuda_nhwc`` is its fastest verified CUDA runner, ranked as
+    best ranks pairs (:func:`navigator.execution.racing.ranking`: one the race dropped ranks below
+    those it kept, whatever its frozen figure)."""
+    from navigator.execution import racing
     from navigator.runners.onnxruntime import cuda_provider_options
 
     runs = [rs for rs in fs.runners.values()
             if rs.runner == "onnxruntime" and rs.device == "cuda" and rs.provider in (None, "cuda", "cuda_nhwc")
             and rs.verify.status == "ok"]
-    peak = {id(rs): (rs.profile.peak().throughput if rs.profile.peak() else 0.0) for rs in runs}
-    fastest = max(runs, key=lambda rs: peak[id(rs)], default=None)
+    peaks = [rs.profile.peak() for rs in runs]
+    peak = {id(rs): (p.throughput if p else 0.0) for rs, p in zip(runs, peaks)}
+    keys = racing.ranking([(peak[id(rs)], racing.standing(bool(p and p.raced), rs.profile.reason))
+                           for rs, p in zip(runs, peaks)])
+    fastest = max(zip(keys, runs), key=lambda kr: kr[0], default=(None, None))[1]
     provider = fastest.provider if fastest is not None else None
     params = _cuda_accelerator(plan)
     for k, v in cuda_provider_options(provider).items():
