@@ -62,24 +62,27 @@ def not_tuned_under_load(busy: float, rounds: int = 0) -> dict:
 
 class LoadWatch:
     """Asked between a tuning's rounds (``racing.race``'s ``stop``): a reason to stop once other
-    processes than the run's (``root``'s tree) loaded the machine over the last span of
-    :data:`~navigator.execution.profiling.LOAD_SAMPLE_S` or more (``busy``: their cores then). A load
+    processes than the run's (``root``'s tree) loaded the machine over two spans in a row of
+    :data:`~navigator.execution.profiling.LOAD_SAMPLE_S` or more (one short process is not a load);
+    ``busy``, their cores over the second, stays set once it is (every later call stops too). A load
     that arrives after the tuning began stops it as one before it would have skipped it, and a tuning
     raced on loaded cores ran 9-17 rounds where a quiet one ran 3-6."""
 
     def __init__(self, root: int | None = None):
         from navigator.machine import CpuUse
 
-        self.root, self.last, self.busy = root, CpuUse.now(root), None
+        self.root, self.last, self.busy, self.loaded_spans = root, CpuUse.now(root), None, 0
 
     def __call__(self) -> str | None:
         from navigator.execution.profiling import LOAD_SAMPLE_S, busy_cores
         from navigator.machine import CpuUse
 
-        if time.monotonic() - self.last.wall < LOAD_SAMPLE_S:
-            return None
-        now = CpuUse.now(self.root)
-        self.busy, self.last = busy_cores(self.last, now), now
+        if self.busy is None and time.monotonic() - self.last.wall >= LOAD_SAMPLE_S:
+            now = CpuUse.now(self.root)
+            busy, self.last = busy_cores(self.last, now), now
+            self.loaded_spans = self.loaded_spans + 1 if busy is not None else 0
+            if self.loaded_spans >= 2:
+                self.busy = busy
         return None if self.busy is None else f"other processes kept {self.busy:.1f} cores busy"
 
 
@@ -139,12 +142,12 @@ def tune(ws, task, spec: RunnerTask, infer, feed_at, batch_size: int, figure: tu
         result.entrants = {e.name: e for e in entrants}
         lifted = None
         if max_batch is not None and not result.settled and not result.stopped and not entrants[0].out:
-            lifted = _lift_tied(entrants, {n: v[0] for n, v in loaded.items()}, infers, feed_at, max_batch, budget_s,
-                                window, watch)
+            lifted = _lift_tied(entrants, {n: v[0] for n, v in loaded.items()}, infers, feed_at, max_batch,
+                                max(1.0, budget_s - (time.perf_counter() - start)), window, watch)
     finally:
         for _, runner, _ in loaded.values():
             runner.deactivate()
-    if result.stopped and watch is not None and watch.busy is not None:
+    if watch is not None and watch.busy is not None:
         return not_tuned_under_load(watch.busy, result.rounds) | {"duration_s": round(time.perf_counter() - start, 4)}
     record["rounds"] = result.rounds
     for ent in entrants:
@@ -177,7 +180,8 @@ def tune(ws, task, spec: RunnerTask, infer, feed_at, batch_size: int, figure: tu
     try:
         record["verify"] = verdict.get("status")
         if verdict.get("status") != "ok":
-            record["reason"] = (f"{winner} was faster but did not pass verification ({verdict.get('status')}: "
+            faster = f"faster at batch {won.batch_size}" if lifted is not None else "faster"
+            record["reason"] = (f"{winner} was {faster} but did not pass verification ({verdict.get('status')}: "
                                 f"{verdict.get('reason')}); the defaults stay")
         else:
             record["options"] = cand
@@ -191,7 +195,8 @@ def tune(ws, task, spec: RunnerTask, infer, feed_at, batch_size: int, figure: tu
             if lifted is None:
                 won = result.entrants[winner]
                 if max_batch is not None:
-                    won, why, moved = climb(runner.profiling_infer()[0], won, feed_at, max_batch, budget_s, window,
+                    won, why, moved = climb(runner.profiling_infer()[0], won, feed_at, max_batch,
+                                            max(1.0, budget_s - (time.perf_counter() - start)), window,
                                             up_only=set(cand) <= FEWER_THREADS, stop=watch)
                     gain *= moved
                     if why:
@@ -200,6 +205,8 @@ def tune(ws, task, spec: RunnerTask, infer, feed_at, batch_size: int, figure: tu
             record["gain"] = round(gain, 4)
     finally:
         runner.deactivate()
+    if watch is not None and watch.busy is not None:   # arrived during the climb: its moves measured that load
+        return not_tuned_under_load(watch.busy, result.rounds) | {"duration_s": round(time.perf_counter() - start, 4)}
     record["duration_s"] = round(time.perf_counter() - start, 4)
     return record
 
@@ -210,20 +217,39 @@ def _lift_tied(entrants: list[racing.Entrant], options: dict[str, dict], infers:
     with the defaults at their peak's batch size may be ahead at a larger one: the defaults' peak
     was found with the defaults' threads, whose parallel regions can slow at the larger sizes (two
     threads on two cores of a shared host read 2x apart from one moment to the next), where one
-    thread a call does not. It climbs (:func:`climb`, larger sizes only); returns ``(name, entrant at
-    the size found, reason, gain over the defaults)`` when it moved, else None."""
+    thread a call does not. The leading such candidate climbs (:func:`climb`, larger sizes only); where
+    it moved, it races the defaults at their peak and at its new size, and must be separated from
+    both, more than :data:`~navigator.execution.racing.RACE_TIE` ahead of the first. Returns ``(name,
+    entrant at the size found, reason, gain over the defaults at their peak)``, else None."""
     defaults = entrants[0]
-    for ent in sorted((e for e in entrants[1:] if not e.out and set(options[e.name]) <= FEWER_THREADS),
-                      key=lambda e: e.figure()[0], reverse=True):
-        level = racing.paired_gain(ent, defaults)
-        if level is None:
-            continue
-        won, why, moved = climb(infers[ent.name], ent, feed_at, max_batch, budget_s, window, up_only=True, stop=watch)
-        if why is None or level * moved <= 1.0:
-            continue
-        return (ent.name, won, f"{ent.name} level with the defaults at batch {ent.batch_size} ({level:.2f}x over the "
-                f"rounds both ran); {why} ({moved:.2f}x there)", level * moved)
-    return None
+    tied = [e for e in entrants[1:] if not e.out and set(options[e.name]) <= FEWER_THREADS]
+    ent = max(tied, key=lambda e: e.figure()[0], default=None)
+    level = racing.paired_gain(ent, defaults) if ent is not None else None
+    if ent is None or level is None or level < 1.0 / (1.0 + racing.RACE_TIE):
+        return None
+    deadline = time.perf_counter() + budget_s
+    won, why, _ = climb(infers[ent.name], ent, feed_at, max_batch, budget_s, window, up_only=True, stop=watch)
+    if why is None or (watch is not None and watch.busy is not None):
+        return None
+    size = won.batch_size
+    there = racing.Entrant(name=f"{ent.name} at batch {size}", batch_size=size, screen_throughput=0.0,
+                           screen_spread=None)
+    at_peak = racing.Entrant(name=DEFAULTS, batch_size=defaults.batch_size, screen_throughput=0.0, screen_spread=None)
+    at_size = racing.Entrant(name=f"defaults at batch {size}", batch_size=size, screen_throughput=0.0,
+                             screen_spread=None)
+    feeds = {defaults.batch_size: feed_at(defaults.batch_size), size: feed_at(size)}
+    for _ in range(2):
+        infers[DEFAULTS](feeds[size])     # a new size for the defaults: its first calls are not measured
+    runs = {there.name: infers[ent.name], at_peak.name: infers[DEFAULTS], at_size.name: infers[DEFAULTS]}
+    result = racing.race([there, at_peak, at_size], lambda e: racing.Window(
+        batch_size=e.batch_size, latencies=window(runs[e.name], feeds[e.batch_size])),
+        max(1.0, deadline - time.perf_counter()), max_rounds=TUNE_MAX_ROUNDS, near=False, stop=watch)
+    gain = racing.paired_gain(there, at_peak)
+    if not result.settled or result.leader != there.name or gain is None or gain <= 1.0 + racing.RACE_TIE:
+        return None
+    return (ent.name, there, f"{ent.name} level with the defaults at batch {defaults.batch_size} ({level:.2f}x over "
+            f"the rounds both ran); {why}, and separated there from the defaults at batch {defaults.batch_size} "
+            f"and {size} after {result.rounds} interleaved rounds ({gain:.2f}x the first)", gain)
 
 
 def _figure(ent: racing.Entrant) -> dict:

@@ -79,7 +79,7 @@ def _served_cuda_variant(plan: ModelPlan, fs, key: str, notes: list[str]) -> Non
     runs = [rs for rs in fs.runners.values()
             if rs.runner == "onnxruntime" and rs.device == "cuda" and rs.provider in (None, "cuda", "cuda_nhwc")
             and rs.verify.status == "ok"]
-    peaks = [rs.profile.peak() for rs in runs]
+    peaks = [rs.profile.peak() if rs.profile.status == "ok" else None for rs in runs]
     peak = {id(rs): (p.throughput if p else 0.0) for rs, p in zip(runs, peaks)}
     keys = racing.ranking([(peak[id(rs)], racing.standing(bool(p and p.raced), rs.profile.reason))
                            for rs, p in zip(runs, peaks)])

@@ -596,6 +596,23 @@ def test_a_stop_ends_the_race_unsettled_with_its_reason():
     assert result.reason == "other processes kept 1.0 cores busy"
 
 
+def test_the_tuning_stops_for_a_load_over_two_spans_in_a_row_and_stays_stopped(monkeypatch):
+    """The load watch samples once a span has passed (spans of 0 s here) and fires only when two
+    spans in a row read loaded -- one short process is not a load -- then keeps firing without
+    reading again. The machine's load: a test double of ``busy_cores`` (real processes could not be
+    timed to the sample)."""
+    from navigator.execution import profiling, tuning
+
+    readings = iter([None, 1.0, None, 0.8, 1.2, None, None])
+    monkeypatch.setattr(profiling, "LOAD_SAMPLE_S", 0.0)
+    monkeypatch.setattr(profiling, "busy_cores", lambda since, now=None: next(readings))
+    watch = tuning.LoadWatch()
+    said = [watch() for _ in range(7)]
+    assert said[:4] == [None] * 4 and watch.busy == 1.2
+    assert said[4:] == ["other processes kept 1.2 cores busy"] * 3
+    assert next(readings) is None and next(readings) is None   # not read again once it fired
+
+
 def test_a_window_rewarms_for_the_longest_spin_among_the_runners_it_alternates_with():
     """onnxruntime's idle spin is capped at 1 ms where it is measured, torch's threads spin ~10 ms:
     windows among onnxruntime sessions only re-warm 5 ms, any torch runner or live module (None) among
