@@ -147,8 +147,8 @@ def tune(ws, task, spec: RunnerTask, infer, feed_at, batch_size: int, figure: tu
     finally:
         for _, runner, _ in loaded.values():
             runner.deactivate()
-    if watch is not None and watch.busy is not None:
-        return not_tuned_under_load(watch.busy, result.rounds) | {"duration_s": round(time.perf_counter() - start, 4)}
+    if stopped := _stopped(watch, result.rounds, start):
+        return stopped
     record["rounds"] = result.rounds
     for ent in entrants:
         thr, spread = ent.figure()
@@ -205,10 +205,17 @@ def tune(ws, task, spec: RunnerTask, infer, feed_at, batch_size: int, figure: tu
             record["gain"] = round(gain, 4)
     finally:
         runner.deactivate()
-    if watch is not None and watch.busy is not None:   # arrived during the climb: its moves measured that load
-        return not_tuned_under_load(watch.busy, result.rounds) | {"duration_s": round(time.perf_counter() - start, 4)}
+    if stopped := _stopped(watch, result.rounds, start):   # arrived during the climb: its moves measured that load
+        return stopped
     record["duration_s"] = round(time.perf_counter() - start, 4)
     return record
+
+
+def _stopped(watch: LoadWatch | None, rounds: int, start: float) -> dict | None:
+    """The tuning's record once ``watch`` fired (a load arrived: the defaults stay), else None."""
+    if watch is None or watch.busy is None:
+        return None
+    return not_tuned_under_load(watch.busy, rounds) | {"duration_s": round(time.perf_counter() - start, 4)}
 
 
 def _lift_tied(entrants: list[racing.Entrant], options: dict[str, dict], infers: dict, feed_at, max_batch: int,
@@ -229,7 +236,7 @@ def _lift_tied(entrants: list[racing.Entrant], options: dict[str, dict], infers:
         return None
     deadline = time.perf_counter() + budget_s
     won, why, _ = climb(infers[ent.name], ent, feed_at, max_batch, budget_s, window, up_only=True, stop=watch)
-    if why is None or (watch is not None and watch.busy is not None):
+    if why is None or (watch is not None and watch.busy is not None):   # no gain, or the load stopped it
         return None
     size = won.batch_size
     there = racing.Entrant(name=f"{ent.name} at batch {size}", batch_size=size, screen_throughput=0.0,
