@@ -74,6 +74,13 @@ def standing(raced: bool, reason: str | None) -> str:
     return "kept" if raced else ""
 
 
+def placed(profile) -> tuple:
+    """A runner's profile step (:class:`navigator.workspace.status.ProfileStep`) as best ranks it:
+    ``(peak, standing)``, the peak None unless the profile ended ok."""
+    peak = profile.peak() if profile.status == "ok" else None
+    return peak, standing(bool(peak and peak.raced), profile.reason)
+
+
 def ranking(figures: list[tuple[float, str]]) -> list[tuple[float, int, float]]:
     """Sort keys (higher ranks first) for eligible pairs' (throughput, :func:`standing`): a
     contender the race dropped ranks below every eligible pair the race kept, its figure capped at

@@ -20,9 +20,7 @@ def select_best(st: Status, *, no_profile: bool) -> Best | None:
         for rkey, rs in fs.runners.items():
             if rs.verify.status != "ok":
                 continue
-            peak = rs.profile.peak() if rs.profile.status == "ok" else None
-            where = racing.standing(bool(peak and peak.raced), rs.profile.reason)
-            candidates.append((key, rkey, peak, where))
+            candidates.append((key, rkey, *racing.placed(rs.profile)))
     if not candidates:
         return None
     profiled = [c for c in candidates if c[2] is not None]

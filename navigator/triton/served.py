@@ -79,11 +79,9 @@ def _served_cuda_variant(plan: ModelPlan, fs, key: str, notes: list[str]) -> Non
     runs = [rs for rs in fs.runners.values()
             if rs.runner == "onnxruntime" and rs.device == "cuda" and rs.provider in (None, "cuda", "cuda_nhwc")
             and rs.verify.status == "ok"]
-    peaks = [rs.profile.peak() if rs.profile.status == "ok" else None for rs in runs]
-    peak = {id(rs): (p.throughput if p else 0.0) for rs, p in zip(runs, peaks)}
-    keys = racing.ranking([(peak[id(rs)], racing.standing(bool(p and p.raced), rs.profile.reason))
-                           for rs, p in zip(runs, peaks)])
-    fastest = max(zip(keys, runs), key=lambda kr: kr[0], default=(None, None))[1]
+    placed = [(rs, *racing.placed(rs.profile)) for rs in runs]
+    keys = racing.ranking([(peak.throughput if peak else 0.0, where) for _, peak, where in placed])
+    fastest, top, _ = max(zip(keys, placed), key=lambda kp: kp[0], default=(None, (None, None, None)))[1]
     provider = fastest.provider if fastest is not None else None
     params = _cuda_accelerator(plan)
     for k, v in cuda_provider_options(provider).items():
@@ -91,7 +89,7 @@ def _served_cuda_variant(plan: ModelPlan, fs, key: str, notes: list[str]) -> Non
             params[k] = str(v)
     if provider == "cuda_nhwc":
         notes.append(f"{key}: onnxruntime's CUDA provider with prefer_nhwc, as onnxruntime-cuda_nhwc verified it "
-                     f"and measured it fastest ({peak[id(fastest)]:.1f}/s)")
+                     f"and measured it fastest ({top.throughput if top else 0.0:.1f}/s)")
 
 
 # onnxruntime's graph optimisation levels as Triton's onnxruntime backend reads optimization.graph.level
